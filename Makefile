@@ -1,0 +1,37 @@
+# The two promised commands: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip==24.3.1
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m c4p.demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check topology solver southbound c4p tests
+	$(BIN)/ruff format --check topology solver southbound c4p tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+# Each step runs even if an earlier one fails, and the target fails if any did.
+test: $(STAMP)
+	@status=0; \
+	$(MAKE) --no-print-directory lint || status=1; \
+	$(MAKE) --no-print-directory typecheck || status=1; \
+	$(MAKE) --no-print-directory unit || status=1; \
+	exit $$status
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,218 @@
+"""An array-based, read-only view of a :class:`~topology.model.Fabric`.
+
+Why: planning and evaluation touch every link of every flow, tens of thousands of times. Names
+and pydantic objects are right for files and APIs, integers and numpy arrays are right for that
+inner work. The index numbers every node (switches first, then NIC ports) and every *directed
+resource*: link ``i`` gives resource ``2*i`` (``a -> b``) and ``2*i + 1`` (``b -> a``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from topology.errors import PathError, UnknownNameError
+from topology.model import Fabric, Host, LinkStatus, Nic, NicPort, Switch, split_end
+
+if TYPE_CHECKING:
+    from topology.routing import Routing
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that puts ``Ethernet2`` before ``Ethernet10`` (the ECMP member order)."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part
+    )
+
+
+@dataclass(frozen=True)
+class PortInfo:
+    """Where a NIC port sits: its host, NIC, rail (NIC position) and port position."""
+
+    host: Host
+    nic: Nic
+    port: NicPort
+    rail: int
+    port_number: int
+    node: int
+
+
+class FabricIndex:
+    """Numbered nodes and directed resources of one fabric snapshot (immutable)."""
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        self.switch_by_name: dict[str, Switch] = {s.name: s for s in fabric.switches}
+        names: list[str] = [s.name for s in fabric.switches]
+        self.num_switches = len(names)
+        self.ports: list[PortInfo] = []
+        for host in fabric.hosts:
+            for rail, nic in enumerate(host.nics):
+                for number, port in enumerate(nic.ports):
+                    node = len(names)
+                    names.append(f"{host.name}:{port.name}")
+                    self.ports.append(PortInfo(host, nic, port, rail, number, node))
+        self.node_names: tuple[str, ...] = tuple(names)
+        self.node_of: dict[str, int] = {n: i for i, n in enumerate(names)}
+        self.num_nodes = len(names)
+        self.port_by_node: dict[int, PortInfo] = {p.node: p for p in self.ports}
+        self.node_of_address: dict[ipaddress.IPv4Address, int] = {
+            p.port.address: p.node for p in self.ports
+        }
+
+        tier = np.zeros(self.num_nodes, dtype=np.int64)
+        plane = np.full(self.num_nodes, -1, dtype=np.int64)
+        for i, s in enumerate(fabric.switches):
+            tier[i] = s.tier
+            plane[i] = s.plane
+        self.tier: IntArray = tier
+
+        num_links = len(fabric.links)
+        src = np.empty(2 * num_links, dtype=np.int64)
+        dst = np.empty(2 * num_links, dtype=np.int64)
+        capacity = np.empty(2 * num_links, dtype=np.float64)
+        usable = np.empty(2 * num_links, dtype=np.bool_)
+        self.res_interface: list[str] = [""] * (2 * num_links)
+        self.link_of_end: dict[str, int] = {}
+        self.resource_between: dict[tuple[int, int], int] = {}
+        for li, link in enumerate(fabric.links):
+            a_dev, a_if = split_end(link.a)
+            b_dev, b_if = split_end(link.b)
+            a = self._node_for_end(link.a, a_dev)
+            b = self._node_for_end(link.b, b_dev)
+            for r, (u, v, interface) in enumerate(((a, b, a_if), (b, a, b_if))):
+                res = 2 * li + r
+                src[res], dst[res] = u, v
+                capacity[res] = link.speed_gbps
+                usable[res] = link.status is LinkStatus.UP
+                self.res_interface[res] = interface
+                self.resource_between[(u, v)] = res
+            self.link_of_end[link.a] = li
+            self.link_of_end[link.b] = li
+        self.res_src: IntArray = src
+        self.res_dst: IntArray = dst
+        self.res_capacity: FloatArray = capacity
+        self.res_usable: BoolArray = usable
+        self.num_resources = 2 * num_links
+
+        out: list[list[int]] = [[] for _ in range(self.num_nodes)]
+        for res in range(self.num_resources):
+            out[int(src[res])].append(res)
+        self.out_resources: tuple[tuple[int, ...], ...] = tuple(
+            tuple(sorted(rs, key=lambda r: natural_key(self.res_interface[r]))) for rs in out
+        )
+        for p in self.ports:
+            sw = [int(dst[r]) for r in self.out_resources[p.node]]
+            if sw:
+                plane[p.node] = plane[sw[0]]
+        self.plane: IntArray = plane
+
+    def _node_for_end(self, end: str, device: str) -> int:
+        if device in self.switch_by_name:
+            return self.node_of[device]
+        return self.node_of[end]
+
+    # -- names <-> numbers ------------------------------------------------------------------
+
+    def node(self, name: str) -> int:
+        try:
+            return self.node_of[name]
+        except KeyError:
+            raise UnknownNameError(f"no switch or NIC port named {name!r}") from None
+
+    def port(self, name: str) -> PortInfo:
+        node = self.node(name)
+        if node not in self.port_by_node:
+            raise UnknownNameError(f"{name!r} is a switch, not a NIC port")
+        return self.port_by_node[node]
+
+    def port_by_address(self, address: ipaddress.IPv4Address | str) -> PortInfo:
+        addr = ipaddress.IPv4Address(address)
+        try:
+            return self.port_by_node[self.node_of_address[addr]]
+        except KeyError:
+            raise UnknownNameError(f"no NIC port has address {addr}") from None
+
+    def link_number(self, link_id: str) -> int:
+        """Link number from ``a--b`` (either order) or from one end ``device:interface``."""
+        if "--" in link_id:
+            first, _, second = link_id.partition("--")
+            for end in (first, second):
+                if end not in self.link_of_end:
+                    break
+            else:
+                li = self.link_of_end[first]
+                if self.link_of_end[second] == li:
+                    return li
+            raise UnknownNameError(f"no link {link_id!r}")
+        if link_id in self.link_of_end:
+            return self.link_of_end[link_id]
+        raise UnknownNameError(f"no link with end {link_id!r} (write 'device:interface' or 'a--b')")
+
+    def resource_name(self, res: int) -> str:
+        return f"{self.node_names[self.res_src[res]]}->{self.node_names[self.res_dst[res]]}"
+
+    def is_switch(self, node: int) -> bool:
+        return node < self.num_switches
+
+    # -- NIC attachment ---------------------------------------------------------------------
+
+    def uplink(self, port_node: int) -> int:
+        """The resource a NIC port transmits on (NIC port -> its switch)."""
+        out = self.out_resources[port_node]
+        if len(out) != 1:
+            raise PathError(f"NIC port {self.node_names[port_node]!r} is not cabled")
+        return out[0]
+
+    def downlink(self, port_node: int) -> int:
+        """The resource a NIC port receives on (its switch -> NIC port)."""
+        return self.uplink(port_node) ^ 1
+
+    def leaf_of(self, port_node: int) -> int:
+        """The switch a NIC port is cabled to."""
+        return int(self.res_dst[self.uplink(port_node)])
+
+    def line_rate(self, port_node: int) -> float:
+        return float(self.res_capacity[self.uplink(port_node)])
+
+    # -- paths as node names ----------------------------------------------------------------
+
+    def path_nodes(self, resources: Sequence[int]) -> tuple[str, ...]:
+        if not resources:
+            return ()
+        names = [self.node_names[self.res_src[resources[0]]]]
+        names.extend(self.node_names[self.res_dst[r]] for r in resources)
+        return tuple(names)
+
+    def path_resources(self, nodes: Sequence[str]) -> tuple[int, ...]:
+        """Turn a node-name path into resources, refusing hops that are not links."""
+        if len(nodes) < 2:
+            raise PathError(f"a path needs at least two nodes, got {list(nodes)}")
+        ids = [self.node(n) for n in nodes]
+        out: list[int] = []
+        for u, v in zip(ids, ids[1:], strict=False):
+            res = self.resource_between.get((u, v))
+            if res is None:
+                raise PathError(
+                    f"{self.node_names[u]!r} -> {self.node_names[v]!r} is not a link of the fabric"
+                )
+            out.append(res)
+        return tuple(out)
+
+    @cached_property
+    def routing(self) -> Routing:
+        """Next-hop groups and equal-cost paths over this snapshot's usable links."""
+        from topology.routing import Routing
+
+        return Routing(self)

@@ -1,0 +1,207 @@
+"""Destination-based routing of a Clos fabric: ECMP next-hop groups and equal-cost paths.
+
+Why this shape: a switch forwards on the destination alone, choosing among the members of an
+ECMP group, and the equal-cost paths a planner may pick from are exactly the paths those groups
+allow. So both the data-plane model (``topology.forwarding``) and the planner's candidate paths
+come from one place, and they can never disagree.
+
+The rules, over *usable* links only (status ``up``; ``down`` and ``drained`` links are in no
+group):
+
+* Paths are valley-free: up zero or more tiers, then down; links within a tier are never used.
+* ``down_dist[x]`` is the number of hops from switch ``x`` to the destination leaf going only
+  down; ``up_dist[x]`` the length of the shortest valley-free path (``min(down_dist[x],
+  1 + min over parents up_dist)``).
+* A packet still climbing at ``x`` may take any member that achieves ``up_dist[x]``; once it has
+  gone down it may only go down along ``down_dist``. Members are in the switch's interface
+  order (natural sort: ``Ethernet2`` before ``Ethernet10``), which is the order ``hash mod n``
+  indexes.
+
+Everything is computed once per destination leaf, with numpy over each tier, and cached: the
+tables for all leaves of a 16k-GPU fabric cost a fraction of a second, and paths per
+``(source leaf, destination leaf)`` are enumerated once and reused by every flow between them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from topology.errors import UnreachableError
+from topology.index import FabricIndex, IntArray
+
+UNREACHABLE = np.iinfo(np.int64).max // 4
+"""Distance of a switch that cannot reach the destination (large, and safe to add 1 to)."""
+
+
+@dataclass
+class DestinationTable:
+    """Distances toward one destination leaf and the next-hop groups derived from them."""
+
+    leaf: int
+    down_dist: IntArray
+    up_dist: IntArray
+    groups: dict[tuple[int, bool], tuple[int, ...]] = field(default_factory=dict)
+
+
+class Routing:
+    """Routing state of one fabric snapshot (usable links only)."""
+
+    def __init__(self, index: FabricIndex) -> None:
+        self.index = index
+        tier = index.tier
+        src, dst = index.res_src, index.res_dst
+        between_switches = (src < index.num_switches) & (dst < index.num_switches)
+        live = index.res_usable & between_switches
+        self._down = live & (tier[dst] < tier[src])
+        self._up = live & (tier[dst] > tier[src])
+        tiers = sorted({int(t) for t in tier[: index.num_switches]})
+        self._down_by_tier = [np.flatnonzero(self._down & (tier[src] == t)) for t in tiers]
+        self._up_by_tier = [np.flatnonzero(self._up & (tier[src] == t)) for t in reversed(tiers)]
+        self._tables: dict[int, DestinationTable] = {}
+        self._paths: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
+        self._counts: dict[tuple[int, int], int] = {}
+
+    # -- per-destination tables -------------------------------------------------------------
+
+    def table(self, leaf: int) -> DestinationTable:
+        cached = self._tables.get(leaf)
+        if cached is not None:
+            return cached
+        src, dst = self.index.res_src, self.index.res_dst
+        down = np.full(self.index.num_nodes, UNREACHABLE, dtype=np.int64)
+        down[leaf] = 0
+        for rs in self._down_by_tier:  # lower tiers first: their distances are final
+            if rs.size:
+                np.minimum.at(down, src[rs], down[dst[rs]] + 1)
+        up = down.copy()
+        for rs in self._up_by_tier:  # upper tiers first
+            if rs.size:
+                np.minimum.at(up, src[rs], up[dst[rs]] + 1)
+        np.minimum(down, UNREACHABLE, out=down)
+        np.minimum(up, UNREACHABLE, out=up)
+        table = DestinationTable(leaf=leaf, down_dist=down, up_dist=up)
+        self._tables[leaf] = table
+        return table
+
+    def next_hops(self, switch: int, leaf: int, descending: bool) -> tuple[int, ...]:
+        """Members (resources) of ``switch``'s ECMP group toward ``leaf``, in hash order.
+
+        ``descending`` is true once the packet has taken a downward hop (valley-free).
+        Empty when the switch cannot reach the leaf in that phase.
+        """
+        table = self.table(leaf)
+        key = (switch, descending)
+        group = table.groups.get(key)
+        if group is not None:
+            return group
+        index = self.index
+        members: list[int] = []
+        if descending:
+            target = table.down_dist[switch] - 1
+            if table.down_dist[switch] < UNREACHABLE:
+                members = [
+                    r
+                    for r in index.out_resources[switch]
+                    if self._down[r] and table.down_dist[index.res_dst[r]] == target
+                ]
+        elif table.up_dist[switch] < UNREACHABLE:
+            target = table.up_dist[switch] - 1
+            for r in index.out_resources[switch]:
+                nxt = index.res_dst[r]
+                if (self._down[r] and table.down_dist[nxt] == target) or (
+                    self._up[r] and table.up_dist[nxt] == target
+                ):
+                    members.append(r)
+        group = tuple(members)
+        table.groups[key] = group
+        return group
+
+    def is_down(self, resource: int) -> bool:
+        """True if the resource goes to a lower tier (a packet on it is descending)."""
+        return bool(self._down[resource])
+
+    # -- equal-cost paths between leaves ----------------------------------------------------
+
+    def switch_paths(self, src_leaf: int, dst_leaf: int) -> tuple[tuple[int, ...], ...]:
+        """Every equal-cost valley-free path between two leaves, as resource tuples.
+
+        Enumerated once per leaf pair and cached; ``()`` for the same leaf is one empty path.
+        """
+        key = (src_leaf, dst_leaf)
+        cached = self._paths.get(key)
+        if cached is not None:
+            return cached
+        if src_leaf == dst_leaf:
+            result: tuple[tuple[int, ...], ...] = ((),)
+        else:
+            found: list[tuple[int, ...]] = []
+            self._walk(src_leaf, dst_leaf, False, [], found)
+            result = tuple(found)
+        self._paths[key] = result
+        return result
+
+    def _walk(
+        self, node: int, leaf: int, descending: bool, prefix: list[int], out: list[tuple[int, ...]]
+    ) -> None:
+        if node == leaf:
+            out.append(tuple(prefix))
+            return
+        for r in self.next_hops(node, leaf, descending):
+            prefix.append(r)
+            self._walk(int(self.index.res_dst[r]), leaf, descending or self.is_down(r), prefix, out)
+            prefix.pop()
+
+    def path_count(self, src_leaf: int, dst_leaf: int) -> int:
+        """How many equal-cost paths join two leaves, counted without enumerating them."""
+        key = (src_leaf, dst_leaf)
+        if key not in self._counts:
+            memo: dict[tuple[int, bool], int] = {}
+
+            def count(node: int, descending: bool) -> int:
+                if node == dst_leaf:
+                    return 1
+                k = (node, descending)
+                if k not in memo:
+                    memo[k] = sum(
+                        count(int(self.index.res_dst[r]), descending or self.is_down(r))
+                        for r in self.next_hops(node, dst_leaf, descending)
+                    )
+                return memo[k]
+
+            self._counts[key] = count(src_leaf, False)
+        return self._counts[key]
+
+    # -- paths between NIC ports ------------------------------------------------------------
+
+    def equal_cost_paths(self, src_port: int, dst_port: int) -> list[tuple[int, ...]]:
+        """Every equal-cost path from one NIC port to another, NIC links included.
+
+        Raises :class:`UnreachableError` if a NIC link is unusable or no path exists.
+        """
+        index = self.index
+        up, down = index.uplink(src_port), index.downlink(dst_port)
+        for res, what in ((up, "source"), (down, "destination")):
+            if not index.res_usable[res]:
+                raise UnreachableError(
+                    f"{what} NIC link {index.resource_name(res)} is not up"
+                )
+        middle = self.switch_paths(int(index.res_dst[up]), int(index.res_src[down]))
+        if not middle:
+            raise UnreachableError(
+                f"no usable path from {index.node_names[src_port]} to {index.node_names[dst_port]}"
+            )
+        return [(up, *m, down) for m in middle]
+
+    def is_equal_cost_path(self, src_port: int, dst_port: int, path: tuple[int, ...]) -> bool:
+        """True if ``path`` is one of the equal-cost paths between the two ports right now."""
+        index = self.index
+        if len(path) < 2 or path[0] != index.uplink(src_port) or path[-1] != index.downlink(dst_port):
+            return False
+        if not (index.res_usable[path[0]] and index.res_usable[path[-1]]):
+            return False
+        middle = path[1:-1]
+        return middle in set(
+            self.switch_paths(int(index.res_dst[path[0]]), int(index.res_src[path[-1]]))
+        )
