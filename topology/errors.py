@@ -27,8 +27,10 @@ class FabricFileError(TopologyError):
     def __init__(self, file: str, problems: Sequence[tuple[str, str]]) -> None:
         self.file = file
         self.problems = list(problems)
-        lines = [f"{file}: {path}: {reason}" if path else f"{file}: {reason}"
-                 for path, reason in self.problems]
+        lines = [
+            f"{file}: {path}: {reason}" if path else f"{file}: {reason}"
+            for path, reason in self.problems
+        ]
         super().__init__("\n".join(lines) if lines else f"{file}: invalid")
 
 

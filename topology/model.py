@@ -266,7 +266,9 @@ def _duplicates(names: Iterable[tuple[str, str]]) -> Iterator[FabricProblem]:
     seen: dict[str, str] = {}
     for path, name in names:
         if name in seen:
-            yield FabricProblem(path=path, reason=f"duplicate name {name!r} (first at {seen[name]})")
+            yield FabricProblem(
+                path=path, reason=f"duplicate name {name!r} (first at {seen[name]})"
+            )
         else:
             seen[name] = path
 
@@ -337,7 +339,9 @@ def find_problems(fabric: Fabric) -> Iterator[FabricProblem]:
             yield FabricProblem(path=f"links[{li}]", reason=f"loops back to {devices[0]!r}")
             continue
         if devices[0] in host_names and devices[1] in host_names:
-            yield FabricProblem(path=f"links[{li}]", reason="joins two hosts; hosts attach to switches")
+            yield FabricProblem(
+                path=f"links[{li}]", reason="joins two hosts; hosts attach to switches"
+            )
         pair = frozenset(devices)
         if pair in device_pairs:
             yield FabricProblem(

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from topology.errors import UnreachableError
+from topology.errors import PathError, UnreachableError
 from topology.index import FabricIndex, IntArray
 
 UNREACHABLE = np.iinfo(np.int64).max // 4
@@ -62,6 +62,7 @@ class Routing:
         self._tables: dict[int, DestinationTable] = {}
         self._paths: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
         self._counts: dict[tuple[int, int], int] = {}
+        self._path_sets: dict[tuple[int, int], frozenset[tuple[int, ...]]] = {}
 
     # -- per-destination tables -------------------------------------------------------------
 
@@ -181,12 +182,12 @@ class Routing:
         Raises :class:`UnreachableError` if a NIC link is unusable or no path exists.
         """
         index = self.index
+        if src_port == dst_port:
+            raise PathError(f"{index.node_names[src_port]} is both source and destination")
         up, down = index.uplink(src_port), index.downlink(dst_port)
         for res, what in ((up, "source"), (down, "destination")):
             if not index.res_usable[res]:
-                raise UnreachableError(
-                    f"{what} NIC link {index.resource_name(res)} is not up"
-                )
+                raise UnreachableError(f"{what} NIC link {index.resource_name(res)} is not up")
         middle = self.switch_paths(int(index.res_dst[up]), int(index.res_src[down]))
         if not middle:
             raise UnreachableError(
@@ -197,11 +198,21 @@ class Routing:
     def is_equal_cost_path(self, src_port: int, dst_port: int, path: tuple[int, ...]) -> bool:
         """True if ``path`` is one of the equal-cost paths between the two ports right now."""
         index = self.index
-        if len(path) < 2 or path[0] != index.uplink(src_port) or path[-1] != index.downlink(dst_port):
+        if src_port == dst_port or not (
+            index.out_resources[src_port] and index.out_resources[dst_port]
+        ):
+            return False
+        if (
+            len(path) < 2
+            or path[0] != index.uplink(src_port)
+            or path[-1] != index.downlink(dst_port)
+        ):
             return False
         if not (index.res_usable[path[0]] and index.res_usable[path[-1]]):
             return False
-        middle = path[1:-1]
-        return middle in set(
-            self.switch_paths(int(index.res_dst[path[0]]), int(index.res_src[path[-1]]))
-        )
+        key = (int(index.res_dst[path[0]]), int(index.res_src[path[-1]]))
+        known = self._path_sets.get(key)
+        if known is None:
+            known = frozenset(self.switch_paths(*key))
+            self._path_sets[key] = known
+        return path[1:-1] in known

@@ -1,0 +1,71 @@
+"""Reading and writing c4p's files: fabrics, jobs and plans, as YAML or JSON by extension.
+
+Why a module: this is the only place the product touches the disk for its data files, so every
+file error (missing file, bad syntax, bad content) comes out the same way: a
+:class:`~topology.errors.FabricFileError` naming the file, the field path and the reason.
+Writes go to a temporary file in the same directory and are renamed into place, so a crash never
+leaves a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from topology.errors import FabricFileError
+from topology.formats import TextFormat, dump_model, parse_model
+from topology.model import Fabric
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FabricFileError(str(path), [("", "no such file")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FabricFileError(str(path), [("", f"cannot read: {exc}")]) from None
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write atomically: a temporary file beside the target, then a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_model(cls: type[M], path: Path) -> M:
+    return parse_model(cls, read_text(path), TextFormat.for_name(path), str(path))
+
+
+def save_model(model: BaseModel, path: Path) -> None:
+    write_text(path, dump_model(model, TextFormat.for_name(path)))
+
+
+def load_fabric(path: Path) -> Fabric:
+    return load_model(Fabric, path)
+
+
+def save_fabric(fabric: Fabric, path: Path) -> None:
+    save_model(fabric, path)
+
+
+def write_json(data: Any, path: Path) -> None:
+    """Machine-readable output of a command (``--json FILE``; ``-`` is standard output)."""
+    text = json.dumps(data, indent=1, default=str) + "\n"
+    if str(path) == "-":
+        print(text, end="")
+    else:
+        write_text(path, text)

@@ -1,0 +1,109 @@
+"""Text formats (YAML and JSON) for the models of every layer, with errors that say where.
+
+Why here: the fabric, job and plan files are all pydantic models, and a person editing one by
+hand needs the same thing from each: the file name, the field path (``links[3].b``) and the
+reason. This module turns text into a model or refuses it whole; it does no disk I/O itself
+(``c4p.files`` reads and writes), so ``topology`` and ``solver`` stay pure.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import PurePath
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from topology.errors import FabricFileError
+from topology.model import Fabric
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class TextFormat(StrEnum):
+    YAML = "yaml"
+    JSON = "json"
+
+    @classmethod
+    def for_name(cls, name: str | PurePath) -> TextFormat:
+        """Pick the format from a file name: ``.json`` is JSON, everything else YAML."""
+        return cls.JSON if str(name).lower().endswith(".json") else cls.YAML
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def problems_of(error: ValidationError) -> list[tuple[str, str]]:
+    """``(field path, reason)`` for each error pydantic found, paths written ``links[3].b``."""
+    found: list[tuple[str, str]] = []
+    for err in error.errors():
+        msg = str(err["msg"])
+        loc = _loc(tuple(err["loc"]))
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        # Cross-reference problems arrive as one message at the root, already located.
+        if not loc and " problem(s): " in msg:
+            for item in msg.split(" problem(s): ", 1)[1].split("; "):
+                path, _, reason = item.partition(": ")
+                found.append((path, reason))
+            continue
+        if "input" in err and err["type"] not in ("missing", "extra_forbidden"):
+            shown = repr(err["input"])
+            if len(shown) <= 60:
+                msg = f"{msg} (got {shown})"
+        found.append((loc, msg))
+    return found
+
+
+def parse_data(text: str, fmt: TextFormat, source: str) -> Any:
+    """Parse YAML or JSON text; syntax errors become :class:`FabricFileError` with the line."""
+    try:
+        if fmt is TextFormat.JSON:
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise FabricFileError(source, [("", f"not valid JSON: {exc}")]) from None
+    except yaml.YAMLError as exc:
+        raise FabricFileError(source, [("", f"not valid YAML: {exc}")]) from None
+
+
+def parse_model(cls: type[M], text: str, fmt: TextFormat, source: str) -> M:
+    """Text -> validated model, or :class:`FabricFileError` naming file, field path and reason."""
+    data = parse_data(text, fmt, source)
+    if not isinstance(data, dict):
+        raise FabricFileError(
+            source, [("", f"expected a mapping at the top, got {type(data).__name__}")]
+        )
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise FabricFileError(source, problems_of(exc)) from None
+
+
+def dump_model(model: BaseModel, fmt: TextFormat) -> str:
+    """Model -> text; defaults are left out so that files stay short and readable."""
+    data = model.model_dump(mode="json", exclude_defaults=True)
+    if fmt is TextFormat.JSON:
+        return json.dumps(data, indent=1) + "\n"
+    return str(yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100))
+
+
+def parse_fabric(text: str, fmt: TextFormat, source: str = "<fabric>") -> Fabric:
+    return parse_model(Fabric, text, fmt, source)
+
+
+def dump_fabric(fabric: Fabric, fmt: TextFormat) -> str:
+    return dump_model(fabric, fmt)
