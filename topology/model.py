@@ -37,6 +37,9 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 INTERFACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
 """Switch interface names may contain '/' (``Ethernet1/1``) but never ':'."""
 
+_NAME_RE = re.compile(NAME_PATTERN)
+_INTERFACE_RE = re.compile(INTERFACE_PATTERN)
+
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
 
 
@@ -164,9 +167,9 @@ class Link(Frozen):
     @classmethod
     def _end_syntax(cls, value: str) -> str:
         device, sep, interface = value.partition(":")
-        if not sep or not re.match(NAME_PATTERN, device) or not interface:
+        if not sep or not _NAME_RE.match(device) or not interface:
             raise ValueError(f"{value!r} is not '<device>:<interface>'")
-        if not re.match(INTERFACE_PATTERN, interface):
+        if not _INTERFACE_RE.match(interface):
             raise ValueError(f"{value!r}: interface {interface!r} has characters not allowed")
         return value
 
@@ -342,7 +345,10 @@ def find_problems(fabric: Fabric) -> Iterator[FabricProblem]:
             yield FabricProblem(
                 path=f"links[{li}]", reason="joins two hosts; hosts attach to switches"
             )
-        pair = frozenset(devices)
+        # A host's NIC ports are separate nodes: two NICs of one host on the same leaf are
+        # two distinct links, not a parallel pair.
+        nodes = [end if d in host_names else d for d, end in zip(devices, link.ends, strict=True)]
+        pair = frozenset(nodes)
         if pair in device_pairs:
             yield FabricProblem(
                 path=f"links[{li}]",
