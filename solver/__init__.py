@@ -1,0 +1,82 @@
+"""The solver: flows from job intents, the ECMP baseline, plans, and the yardstick.
+
+Depends on :mod:`topology` only and does no I/O: text in and out goes through
+:mod:`topology.formats` (``parse_model`` / ``dump_model``) with the models defined here.
+"""
+
+from solver.ecmp import EcmpResult, ecmp_paths, random_qpns
+from solver.errors import JobError, LocatedError, PlacementError, PlanError, SolverError
+from solver.evaluate import (
+    CommunicatorResult,
+    Evaluation,
+    JobResult,
+    LinkLoad,
+    PairResult,
+    busbw_factor,
+    evaluate,
+    reference_line_rate,
+    switch_resources,
+)
+from solver.fairness import Incidence, bottleneck_certificate, max_min_fair_rates, resource_load
+from solver.flows import Communicator, Connection, Flow, Workload
+from solver.jobs import (
+    Collective,
+    CommunicatorSpec,
+    ConnectionSpec,
+    JobsFile,
+    JobSpec,
+    Layout,
+    Pattern,
+    RankSpec,
+    check_jobs,
+)
+from solver.patterns import derive_workload, flows_for_jobs
+from solver.placement import JobsGenParams, PlacementMode, generate_jobs, place_hosts
+from solver.plans import PlanFile, PlannedFlow, paths_from_plan, plan_from_paths
+
+__all__ = [
+    "Collective",
+    "Communicator",
+    "CommunicatorResult",
+    "CommunicatorSpec",
+    "Connection",
+    "ConnectionSpec",
+    "EcmpResult",
+    "Evaluation",
+    "Flow",
+    "Incidence",
+    "JobError",
+    "JobResult",
+    "JobSpec",
+    "JobsFile",
+    "JobsGenParams",
+    "Layout",
+    "LinkLoad",
+    "LocatedError",
+    "PairResult",
+    "Pattern",
+    "PlacementError",
+    "PlacementMode",
+    "PlanError",
+    "PlanFile",
+    "PlannedFlow",
+    "RankSpec",
+    "SolverError",
+    "Workload",
+    "bottleneck_certificate",
+    "busbw_factor",
+    "check_jobs",
+    "derive_workload",
+    "ecmp_paths",
+    "evaluate",
+    "flows_for_jobs",
+    "generate_jobs",
+    "max_min_fair_rates",
+    "place_hosts",
+    "paths_from_plan",
+    "plan_from_paths",
+    "random_qpns",
+    "reference_line_rate",
+    "resource_load",
+    "switch_resources",
+]
