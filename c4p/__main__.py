@@ -1,0 +1,3 @@
+from c4p.cli import main
+
+main()

@@ -1,0 +1,218 @@
+"""The ``c4p`` command line: fabrics, jobs and evaluation (typer + rich).
+
+Why this shape: each command is a thin shell over a pure function of ``topology`` or
+``solver``; it reads files, calls the function, prints a table and, with ``--json FILE``, writes
+the same figures for machines (``--json -`` writes JSON to standard output instead of tables).
+Every error a user can cause comes out as ``error: <file>: <field>: <reason>`` and exit status 2,
+never as a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from c4p import report
+from c4p.errors import C4pError
+from c4p.files import load_fabric, load_model, save_fabric, save_model, write_json
+from solver.ecmp import ecmp_paths
+from solver.errors import SolverError
+from solver.evaluate import Evaluation, evaluate
+from solver.jobs import JobsFile
+from solver.patterns import derive_workload
+from solver.placement import JobsGenParams, generate_jobs
+from solver.plans import PlanFile, paths_from_plan
+from topology.analysis import summarize
+from topology.errors import TopologyError
+from topology.formats import problems_of
+from topology.generators import GENERATORS, generate, sized_for_gpus
+
+app = typer.Typer(
+    name="c4p",
+    help="Traffic engineering for RoCE fabrics: plan collision-free paths for collective flows.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+fabric_app = typer.Typer(help="Generate and inspect fabric files.", no_args_is_help=True)
+jobs_app = typer.Typer(help="Generate job (flow intent) files.", no_args_is_help=True)
+app.add_typer(fabric_app, name="fabric")
+app.add_typer(jobs_app, name="jobs")
+
+console = Console()
+T = TypeVar("T")
+
+JsonOption = Annotated[
+    Path | None,
+    typer.Option("--json", help="Also write the figures as JSON to this file ('-': stdout only)."),
+]
+
+
+def _fail(message: str) -> None:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=2)
+
+
+def guarded(func: Callable[[], T]) -> T:
+    """Run a command body, turning every user-caused error into a clear message and exit 2."""
+    try:
+        return func()
+    except (TopologyError, SolverError, C4pError) as exc:
+        _fail(str(exc))
+    except ValidationError as exc:
+        _fail("; ".join(f"{p}: {r}" if p else r for p, r in problems_of(exc)))
+    raise AssertionError("unreachable")
+
+
+def _emit(json_path: Path | None, data: Any, render: Callable[[], None]) -> None:
+    if json_path is None or str(json_path) != "-":
+        render()
+    if json_path is not None:
+        write_json(data, json_path)
+
+
+def _parse_sets(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise C4pError(f"--set {pair!r}: expected KEY=VALUE")
+        out[key.strip().replace("-", "_")] = value.strip()
+    return out
+
+
+@fabric_app.command("generate")
+def fabric_generate(
+    kind: Annotated[str, typer.Argument(help=f"One of: {', '.join(GENERATORS)}.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Fabric file (.yaml or .json).")],
+    gpus: Annotated[
+        int | None, typer.Option(help="Size the fabric for this many GPUs (one NIC each).")
+    ] = None,
+    sets: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="A generator parameter, KEY=VALUE (repeatable)."),
+    ] = None,
+    json_path: JsonOption = None,
+) -> None:
+    """Generate a leaf-spine, rail-optimized, fat-tree or dual-plane fabric."""
+
+    def body() -> None:
+        if kind not in GENERATORS:
+            raise C4pError(f"unknown fabric kind {kind!r}; choose one of {', '.join(GENERATORS)}")
+        params = _parse_sets(sets or [])
+        fabric = sized_for_gpus(kind, gpus, **params) if gpus else generate(kind, **params)
+        save_fabric(fabric, output)
+        summary = summarize(fabric)
+
+        def render() -> None:
+            report.print_summary(console, summary)
+            console.print(f"wrote {output}")
+
+        _emit(json_path, report.summary_json(summary), render)
+
+    guarded(body)
+
+
+@fabric_app.command("show")
+def fabric_show(
+    path: Annotated[Path, typer.Argument(help="Fabric file.")],
+    json_path: JsonOption = None,
+) -> None:
+    """Counts, oversubscription per tier and bisection bandwidth of a fabric file."""
+
+    def body() -> None:
+        summary = summarize(load_fabric(path))
+        _emit(
+            json_path, report.summary_json(summary), lambda: report.print_summary(console, summary)
+        )
+
+    guarded(body)
+
+
+@jobs_app.command("generate")
+def jobs_generate(
+    fabric_path: Annotated[Path, typer.Option("--fabric", help="Fabric file to place jobs on.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Jobs file (.yaml or .json).")],
+    count: Annotated[int, typer.Option("--count", help="Number of jobs.")] = 1,
+    hosts: Annotated[int, typer.Option(help="Hosts per job (every NIC of a host is a rank).")] = 4,
+    pattern: Annotated[str, typer.Option(help="ring | all-to-all | tree.")] = "ring",
+    ring: Annotated[str, typer.Option(help="Ring/tree layout: rail | flat.")] = "rail",
+    placement: Annotated[
+        str, typer.Option(help="contiguous | random | fragmented.")
+    ] = "contiguous",
+    channels: Annotated[int, typer.Option(help="Channels per connection.")] = 1,
+    qps: Annotated[int, typer.Option(help="QPs per connection.")] = 1,
+    seed: Annotated[int, typer.Option(help="Seed for random and fragmented placement.")] = 0,
+    json_path: JsonOption = None,
+) -> None:
+    """Place jobs on a fabric (no two jobs share a host) and write their flow intents."""
+
+    def body() -> None:
+        fabric = load_fabric(fabric_path)
+        params = JobsGenParams.model_validate(
+            {
+                "jobs": count,
+                "hosts_per_job": hosts,
+                "pattern": pattern,
+                "ring": ring,
+                "placement": placement,
+                "channels": channels,
+                "qps_per_connection": qps,
+                "seed": seed,
+            }
+        )
+        jobs = generate_jobs(fabric, params)
+        workload = derive_workload(fabric, jobs)
+        save_model(jobs, output)
+
+        def render() -> None:
+            report.print_jobs(console, jobs, workload.flows)
+            console.print(f"wrote {output}")
+
+        _emit(json_path, report.jobs_json(jobs, workload.flows), render)
+
+    guarded(body)
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    fabric_path: Annotated[Path, typer.Option("--fabric", help="Fabric file.")],
+    jobs_path: Annotated[Path, typer.Option("--jobs", help="Jobs file.")],
+    plan_path: Annotated[
+        Path | None, typer.Option("--plan", help="Plan file to evaluate beside ECMP.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the QP numbers behind ECMP ports.")] = 0,
+    json_path: JsonOption = None,
+) -> None:
+    """Predict each job's slowest connection and bus bandwidth under ECMP (and a plan)."""
+
+    def body() -> None:
+        fabric = load_fabric(fabric_path)
+        workload = derive_workload(fabric, load_model(JobsFile, jobs_path), str(jobs_path))
+        ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
+        results: dict[str, Evaluation] = {"ecmp": evaluate(fabric, workload, ecmp.paths)}
+        if plan_path is not None:
+            plan = load_model(PlanFile, plan_path)
+            paths = paths_from_plan(fabric, workload.flows, plan, str(plan_path))
+            results["plan"] = evaluate(fabric, workload, paths)
+        _emit(
+            json_path,
+            report.evaluation_json(results),
+            lambda: report.print_evaluations(console, fabric, results),
+        )
+
+    guarded(body)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="c4p")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
