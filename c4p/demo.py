@@ -75,9 +75,9 @@ def main() -> None:
     )
     console.print()
     console.print(f"Files written to {OUT}/. Reproduce with:", highlight=False)
-    console.print(f"  c4p fabric show {OUT}/fabric.yaml", highlight=False)
+    console.print(f"  .venv/bin/c4p fabric show {OUT}/fabric.yaml", highlight=False)
     console.print(
-        f"  c4p evaluate --fabric {OUT}/fabric.yaml --jobs {OUT}/jobs.yaml --seed 1",
+        f"  .venv/bin/c4p evaluate --fabric {OUT}/fabric.yaml --jobs {OUT}/jobs.yaml --seed 1",
         highlight=False,
     )
 

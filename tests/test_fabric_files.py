@@ -183,3 +183,13 @@ def test_round_trip_property(
     data["switches"][2]["hash"]["seed"] = seed
     fabric = Fabric.model_validate(data)
     assert parse_fabric(dump_fabric(fabric, fmt), fmt) == fabric
+
+
+def test_one_bad_item_is_one_problem(tmp_path: Path) -> None:
+    data = good_data()
+    data["hosts"][0]["nics"][0]["ports"][0]["address"] = "10.0.0.300"
+    error = refused(data, tmp_path)
+    assert [p for p, _ in error.problems] == ["hosts[0].nics[0].ports[0].address"]
+    data = good_data()
+    data["hosts"][0]["nics"] = []
+    assert [p for p, _ in refused(data, tmp_path).problems] == ["hosts[0].nics"]

@@ -45,7 +45,12 @@ def _loc(loc: tuple[int | str, ...]) -> str:
 def problems_of(error: ValidationError) -> list[tuple[str, str]]:
     """``(field path, reason)`` for each error pydantic found, paths written ``links[3].b``."""
     found: list[tuple[str, str]] = []
-    for err in error.errors():
+    errors = error.errors()
+    # pydantic also reports a list as "too short" when its items failed: only the items count.
+    failed_below = {tuple(e["loc"][:i]) for e in errors for i in range(len(e["loc"]))}
+    for err in errors:
+        if err["type"] == "too_short" and tuple(err["loc"]) in failed_below:
+            continue
         msg = str(err["msg"])
         loc = _loc(tuple(err["loc"]))
         if msg.startswith("Value error, "):

@@ -207,7 +207,8 @@ def forward_many(
     ok &= usable[np.maximum(up, 0)] & usable[np.maximum(down, 0)]
     if not ok.any():  # also spares the indexing below a fabric without links
         return [() for _ in range(count)]
-    max_len = 2 * index.num_switches + 2
+    # Valley-free: at most (tiers - 1) hops up and as many down, plus the two NIC links.
+    max_len = 2 * int(index.tier.max(initial=1)) + 2
     path = np.full((count, max_len), -1, dtype=np.int64)
     path[:, 0] = up
     length = np.zeros(count, dtype=np.int64)

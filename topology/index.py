@@ -145,16 +145,18 @@ class FabricIndex:
             raise UnknownNameError(f"no NIC port has address {addr}") from None
 
     def link_number(self, link_id: str) -> int:
-        """Link number from ``a--b`` (either order) or from one end ``device:interface``."""
+        """Link number from ``a--b`` (ends ``device:interface`` or node names, either order)
+        or from one end ``device:interface``."""
         if "--" in link_id:
             first, _, second = link_id.partition("--")
-            for end in (first, second):
-                if end not in self.link_of_end:
-                    break
-            else:
+            if first in self.link_of_end and second in self.link_of_end:
                 li = self.link_of_end[first]
                 if self.link_of_end[second] == li:
                     return li
+            # Node names (``leaf-00--spine-03``): unique, as parallel links are refused.
+            u, v = self.node_of.get(first), self.node_of.get(second)
+            if u is not None and v is not None and (u, v) in self.resource_between:
+                return self.resource_between[(u, v)] // 2
             raise UnknownNameError(f"no link {link_id!r}")
         if link_id in self.link_of_end:
             return self.link_of_end[link_id]

@@ -59,6 +59,11 @@ class Routing:
         tiers = sorted({int(t) for t in tier[: index.num_switches]})
         self._down_by_tier = [np.flatnonzero(self._down & (tier[src] == t)) for t in tiers]
         self._up_by_tier = [np.flatnonzero(self._up & (tier[src] == t)) for t in reversed(tiers)]
+        # Per switch, its switch-to-switch resources in member order (NIC links never transit).
+        self._out = [
+            np.asarray([r for r in rs if between_switches[r]], dtype=np.int64)
+            for rs in index.out_resources[: index.num_switches]
+        ]
         self._tables: dict[int, DestinationTable] = {}
         self._paths: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
         self._counts: dict[tuple[int, int], int] = {}
@@ -71,7 +76,8 @@ class Routing:
         if cached is not None:
             return cached
         src, dst = self.index.res_src, self.index.res_dst
-        down = np.full(self.index.num_nodes, UNREACHABLE, dtype=np.int64)
+        # Distances over switches only (NIC ports are never transit): small arrays per leaf.
+        down = np.full(self.index.num_switches, UNREACHABLE, dtype=np.int64)
         down[leaf] = 0
         for rs in self._down_by_tier:  # lower tiers first: their distances are final
             if rs.size:
@@ -95,28 +101,23 @@ class Routing:
         table = self.table(leaf)
         key = (switch, descending)
         group = table.groups.get(key)
-        if group is not None:
-            return group
-        index = self.index
-        members: list[int] = []
-        if descending:
-            target = table.down_dist[switch] - 1
-            if table.down_dist[switch] < UNREACHABLE:
-                members = [
-                    r
-                    for r in index.out_resources[switch]
-                    if self._down[r] and table.down_dist[index.res_dst[r]] == target
-                ]
-        elif table.up_dist[switch] < UNREACHABLE:
-            target = table.up_dist[switch] - 1
-            for r in index.out_resources[switch]:
-                nxt = index.res_dst[r]
-                if (self._down[r] and table.down_dist[nxt] == target) or (
-                    self._up[r] and table.up_dist[nxt] == target
-                ):
-                    members.append(r)
-        group = tuple(members)
-        table.groups[key] = group
+        if group is None:
+            # A member leads one hop closer: while climbing, along the shortest valley-free
+            # distance (up or down); once descending, downward only.
+            out = self._out[switch]
+            nxt = self.index.res_dst[out]
+            down, up = table.down_dist, table.up_dist
+            if descending:
+                mask = self._down[out] & (down[nxt] == down[switch] - 1)
+                reachable = down[switch] < UNREACHABLE
+            else:
+                target = up[switch] - 1
+                mask = (self._down[out] & (down[nxt] == target)) | (
+                    self._up[out] & (up[nxt] == target)
+                )
+                reachable = up[switch] < UNREACHABLE
+            group = tuple(int(r) for r in out[mask]) if reachable else ()
+            table.groups[key] = group
         return group
 
     def is_down(self, resource: int) -> bool:
