@@ -1,4 +1,7 @@
-"""The solver: flows from job intents, the ECMP baseline, plans, and the yardstick.
+"""The solver: flows from job intents, the planner, the ECMP baseline, plans, and the yardstick.
+
+The entry point is :func:`plan` (:mod:`solver.planner`): paths for every flow of a snapshot,
+with bounds, moves and how they were found, as a :class:`Plan`.
 
 Depends on :mod:`topology` only and does no I/O: text in and out goes through
 :mod:`topology.formats` (``parse_model`` / ``dump_model``) with the models defined here.
@@ -32,9 +35,14 @@ from solver.jobs import (
 )
 from solver.patterns import derive_workload, flows_for_jobs
 from solver.placement import JobsGenParams, PlacementMode, generate_jobs, place_hosts
+from solver.planner import STRATEGIES, flow_weights, plan
 from solver.plans import PlanFile, PlannedFlow, paths_from_plan, plan_from_paths
+from solver.problem import Objective
+from solver.result import Bounds, Part, Plan
 
 __all__ = [
+    "STRATEGIES",
+    "Bounds",
     "Collective",
     "Communicator",
     "CommunicatorResult",
@@ -53,10 +61,13 @@ __all__ = [
     "Layout",
     "LinkLoad",
     "LocatedError",
+    "Objective",
     "PairResult",
+    "Part",
     "Pattern",
     "PlacementError",
     "PlacementMode",
+    "Plan",
     "PlanError",
     "PlanFile",
     "PlannedFlow",
@@ -69,11 +80,13 @@ __all__ = [
     "derive_workload",
     "ecmp_paths",
     "evaluate",
+    "flow_weights",
     "flows_for_jobs",
     "generate_jobs",
     "max_min_fair_rates",
-    "place_hosts",
     "paths_from_plan",
+    "place_hosts",
+    "plan",
     "plan_from_paths",
     "random_qpns",
     "reference_line_rate",

@@ -1,0 +1,146 @@
+"""Constructive placements: least-loaded greedy, and exact spine colouring where it applies.
+
+Why both here: neither needs a general solver, both run in milliseconds, and the planner uses
+them the same way — to place some flows of a sub-problem onto the loads the others leave.
+
+**Greedy least-loaded** (a baseline, CP-SAT's hint, and the incremental re-placer): flows in
+order of weight, heaviest first (ties keep flow order), each takes the candidate path that
+minimizes the largest utilization along it *after* adding the flow, ties broken by the sum of
+those utilizations, then by candidate order. It is deterministic (the seed plays no part) and
+known to be far from optimal on adversarial inputs (DESIGN.md §4 measured 1.5x), which is why
+it is a hint and never the last word where something better applies.
+
+**Exact** (two tiers, equal weights): with every pair of a component able to use every spine of
+the component over links of one capacity, choosing paths is bipartite edge colouring and
+:func:`solver.coloring.assign_spines` reaches ``ceil(Δ / S)``, the optimum, with each leaf's
+flows spread evenly (so the number of links at that maximum is also least). With a previous
+plan, :func:`solver.coloring.assign_spines_stable` reaches the same bound keeping flows on their
+spines where it can. This module only checks the structure and maps spine numbers to each
+pair's candidate rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solver.coloring import assign_spines, assign_spines_stable
+from solver.problem import TOLERANCE, Problem
+from topology.index import FloatArray, IntArray
+
+__all__ = ["exact_reason", "exact_spines", "greedy_order", "place_exact", "place_greedy"]
+
+
+def greedy_order(problem: Problem, flows: IntArray) -> IntArray:
+    """``flows`` heaviest first; equal weights keep their order (a stable sort)."""
+    return flows[np.argsort(-problem.weight[flows], kind="stable")]
+
+
+def place_greedy(problem: Problem, flows: IntArray, load: FloatArray) -> IntArray:
+    """Choose a candidate for each of ``flows`` (cross-leaf) on top of ``load``.
+
+    ``load`` (per resource, plus the pad) is updated in place with the placed flows. Returns the
+    choices aligned with ``flows``.
+    """
+    choice = np.full(len(flows), -1, dtype=np.int64)
+    if not len(flows):
+        return choice
+    position = np.empty(problem.num_flows, dtype=np.int64)
+    position[flows] = np.arange(len(flows))
+    cache: dict[int, tuple[IntArray, FloatArray]] = {}
+    weights = problem.weight
+    pairs = problem.pair
+    for f in greedy_order(problem, flows).tolist():
+        p = int(pairs[f])
+        entry = cache.get(p)
+        if entry is None:
+            rows = problem.candidates(p)
+            entry = (rows, problem.scale[rows])
+            cache[p] = entry
+        rows, scale = entry
+        w = weights[f]
+        util = (load[rows] + w) * scale
+        peak = util.max(axis=1)
+        best = peak.min()
+        tied = np.flatnonzero(peak <= best + abs(best) * TOLERANCE)
+        if tied.size > 1:
+            total = util[tied].sum(axis=1)
+            low = total.min()
+            k = int(tied[np.flatnonzero(total <= low + abs(low) * TOLERANCE)[0]])
+        else:
+            k = int(tied[0])
+        load[rows[k]] += w
+        choice[position[f]] = k
+    return choice
+
+
+# -- exact colouring ------------------------------------------------------------------------
+
+
+def _spine_rows(problem: Problem, pairs: IntArray) -> tuple[IntArray, IntArray]:
+    """Spines of the component (sorted) and ``rows[pair position, spine position] = k``."""
+    index = problem.index
+    counts = problem.num_candidates(pairs)
+    starts = problem.offset[pairs]
+    all_rows = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)])
+    spine_of_row = index.res_dst[problem.table[all_rows, 0]]
+    spines = np.unique(spine_of_row)
+    local = np.searchsorted(spines, spine_of_row)
+    within = all_rows - np.repeat(starts, counts)
+    owner = np.repeat(np.arange(len(pairs)), counts)
+    rows = np.full((len(pairs), len(spines)), -1, dtype=np.int64)
+    rows[owner, local] = within
+    return spines, rows
+
+
+def exact_spines(problem: Problem, pairs: IntArray, flows: IntArray) -> IntArray | str:
+    """The spines of a component if exact colouring solves it, else why it does not apply."""
+    if not problem.two_tier:
+        return "the fabric has more than two tiers"
+    if not len(flows):
+        return np.empty(0, dtype=np.int64)
+    w = problem.weight[flows]
+    if np.any(w != w[0]):
+        return "flows have unequal weights (rate x priority)"
+    counts = problem.num_candidates(pairs)
+    spines, _ = _spine_rows(problem, pairs)
+    if np.any(counts != len(spines)):
+        return "some leaf pairs cannot use every spine (failed, drained or missing links)"
+    first = problem.offset[pairs]
+    rows = problem.table[np.concatenate([np.arange(s, s + len(spines)) for s in first])]
+    scale = problem.scale[rows[:, :2]]
+    if np.any(scale != scale.flat[0]):
+        return "leaf-spine links have unequal capacities"
+    return spines
+
+
+def exact_reason(problem: Problem, pairs: IntArray, flows: IntArray) -> str | None:
+    """``None`` if exact colouring solves this component, else why it does not apply."""
+    found = exact_spines(problem, pairs, flows)
+    return found if isinstance(found, str) else None
+
+
+def place_exact(
+    problem: Problem, pairs: IntArray, flows: IntArray, previous: IntArray | None = None
+) -> IntArray:
+    """Optimal choices for ``flows`` of a component where :func:`exact_reason` is ``None``,
+    or of several such components with one spine set (``pairs`` sorted): they share no vertex
+    of the leaf multigraph, so one colouring serves them all, each leaf spread evenly.
+
+    ``previous`` (aligned with ``flows``) gives each flow's earlier candidate or ``-1``; when
+    given, flows stay where the bound allows.
+    """
+    if not len(flows):
+        return np.empty(0, dtype=np.int64)
+    spines, rows = _spine_rows(problem, pairs)
+    local_pair = np.searchsorted(pairs, problem.pair[flows])
+    leaves = problem.pair_leaves[problem.pair[flows]]
+    if previous is None:
+        spine = assign_spines(leaves[:, 0], leaves[:, 1], len(spines))
+    else:
+        prev_spine = np.full(len(flows), -1, dtype=np.int64)
+        has = previous >= 0
+        if has.any():
+            row = problem.offset[problem.pair[flows[has]]] + previous[has]
+            prev_spine[has] = np.searchsorted(spines, problem.index.res_dst[problem.table[row, 0]])
+        spine = assign_spines_stable(leaves[:, 0], leaves[:, 1], len(spines), prev_spine)
+    return rows[local_pair, spine]

@@ -1,0 +1,121 @@
+"""Re-planning against a previous plan: which flows may stay where they are.
+
+Why its own module: this is the "react" step of the C4P loop (DESIGN.md §1) — a link goes down
+or is drained, a job starts, stops or resizes — and the controller calls the planner with the
+plan it is running. Moving a live QP costs something (a new source port, a window of
+reordering), so the planner must know, per flow, whether its current path is still allowed.
+
+A flow may stay when it is the *same flow* (same id, same source and destination NIC ports) and
+its previous path is still one of its equal-cost candidates on the new snapshot: every link
+usable and the path still shortest valley-free (a link coming back can shorten paths and so
+invalidate an old one). The check is the candidate table itself, so it is exactly what routing
+allows now. Flows are matched by id; new flows have no previous path and do not count as moved.
+
+Paths from another snapshot are read through node names when the two snapshots number their
+links differently (a fabric file edited between the plans); a previous path that names a link
+the new fabric lacks cannot be kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.candidates import same_wiring
+from solver.flows import Flow
+from solver.problem import SAME_LEAF, Problem
+from topology.errors import TopologyError
+from topology.index import BoolArray, IntArray
+from topology.model import Fabric
+
+__all__ = ["Previous", "match_middles", "match_previous"]
+
+
+@dataclass(frozen=True, eq=False)
+class Previous:
+    """Per flow of the new problem: ``choice`` is the candidate its previous path still is
+    (``0`` for an unchanged same-leaf path), or ``-1``; ``had`` says it had a path before."""
+
+    choice: IntArray
+    had: BoolArray
+
+    @property
+    def keepable(self) -> int:
+        return int(np.count_nonzero(self.choice >= 0))
+
+
+def match_middles(problem: Problem, flows: IntArray, middles: IntArray) -> IntArray:
+    """Candidate number of each flow's switch path (``middles`` padded with the pad), or -1.
+
+    ``flows`` must be cross-leaf flows; a middle that is no candidate of the flow's pair now
+    (including one of the wrong length) gives -1.
+    """
+    result = np.full(len(flows), -1, dtype=np.int64)
+    if not len(flows) or not problem.num_pairs:
+        return result
+    width = problem.table.shape[1]
+    if middles.shape[1] < width:
+        pad = np.full((len(flows), width - middles.shape[1]), problem.pad, dtype=np.int64)
+        middles = np.hstack([middles, pad])
+    elif middles.shape[1] > width:
+        too_long = np.any(middles[:, width:] != problem.pad, axis=1)
+        middles = middles[:, :width]
+    else:
+        too_long = np.zeros(len(flows), dtype=bool)
+    base = problem.pad + 1
+    pair = problem.pair[flows]
+    second = middles[:, 1] if width > 1 else np.full(len(flows), problem.pad)
+    query = (pair * base + middles[:, 0]) * base + second
+    keys, order = problem.row_keys
+    at = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
+    row = order[at]
+    found = (keys[at] == query) & ~too_long
+    found &= np.all(problem.table[row] == middles, axis=1)
+    result[found] = row[found] - problem.offset[pair[found]]
+    return result
+
+
+def match_previous(
+    problem: Problem,
+    flows: Sequence[Flow],
+    paths: Sequence[Sequence[int]],
+    fabric: Fabric,
+) -> Previous:
+    """Match the previous plan's ``flows``/``paths`` (resources of ``fabric``) to ``problem``."""
+    n = problem.num_flows
+    choice = np.full(n, -1, dtype=np.int64)
+    had = np.zeros(n, dtype=bool)
+    before = {f.id: (f, p) for f, p in zip(flows, paths, strict=True) if p}
+    translate = not same_wiring(fabric, problem.fabric)
+    old_index, new_index = fabric.index, problem.index
+    pad = problem.pad
+    width = max(problem.table.shape[1], 1)
+    cross: list[int] = []
+    middles: list[list[int]] = []
+    for i, (flow, fid) in enumerate(zip(problem.flows, problem.ids, strict=True)):
+        entry = before.get(fid)
+        if entry is None or entry[0].src != flow.src or entry[0].dst != flow.dst:
+            continue
+        had[i] = True
+        path = tuple(entry[1])
+        if translate:
+            try:
+                path = new_index.path_resources(old_index.path_nodes(path))
+            except TopologyError:
+                continue
+        if len(path) < 2 or path[0] != problem.nic_up[i] or path[-1] != problem.nic_down[i]:
+            continue
+        if problem.pair[i] == SAME_LEAF:
+            choice[i] = 0 if len(path) == 2 else -1
+        elif problem.pair[i] >= 0:
+            middle = list(path[1:-1])
+            if len(middle) > width:
+                continue
+            cross.append(i)
+            middles.append(middle + [pad] * (width - len(middle)))
+    if cross:
+        idx = np.asarray(cross, dtype=np.int64)
+        choice[idx] = match_middles(problem, idx, np.asarray(middles, dtype=np.int64))
+    return Previous(choice, had)

@@ -1,0 +1,473 @@
+"""The planner: ``plan(snapshot, flows, previous) -> Plan``, the heart of the C4P loop.
+
+Why one function: the offline CLI (what-if, sizing) and the live controller (react to a failure,
+a job) ask the same question — which equal-cost path should each QP take on this snapshot — so
+both call :func:`plan` (STYLE.md: the solver is a function) and get a :class:`Plan` that says
+what it chose, how good that is, what no plan can beat, and what moved.
+
+**Objective**, lexicographic: (1) the maximum utilization of a switch-to-switch link, load being
+``rate x job priority`` per flow and utilization as in :mod:`solver.evaluate` (``load *
+reference / capacity``); (2) for a fresh plan, the number of links at that maximum; (3) the
+flows moved from ``previous``. With a previous plan, moves come *before* links-at-max: a live QP
+is only moved when the maximum needs it, never to shave a tie (a bulk-synchronous job runs at
+its worst link, which (1) already minimized). Sum of squared utilizations is reported too.
+
+**Method, per independent sub-problem** (connected components of leaf pairs that share a
+link: planes, rails of rail-aligned traffic) under strategy ``auto``:
+
+1. two tiers, equal weights, every pair able to use every spine at one capacity:
+   exact colouring (:mod:`solver.coloring`) — optimal, in milliseconds;
+2. a 3-tier fat-tree with equal weights and every link up: the stage-wise colouring of
+   :mod:`solver.fattree` — taken as it is when it meets its bound, else compared with greedy;
+3. otherwise the greedy least-loaded heuristic (:mod:`solver.greedy`);
+4. while the result is above the best lower bound (:mod:`solver.bounds`) and time remains:
+   the LP bound where cheap, then CP-SAT (:mod:`solver.cpsat`) hinted with the incumbent, kept
+   only if better. So ``auto`` is never worse than greedy.
+
+Other strategies: ``exact`` (refuses sub-problems it cannot solve exactly), ``cpsat`` (greedy
+hint, then always CP-SAT), ``greedy``, ``ecmp`` (the unplanned baseline of :mod:`solver.ecmp`).
+
+**Re-planning** (``previous`` given; :mod:`solver.incremental` decides which flows may stay).
+A sub-problem whose flows may all stay and that is still at its bound is kept as it is
+(``kept``: the common case, checked for all at once). Otherwise the flows that may stay do, the
+rest are placed greedily on the loads they leave; at the bound that is final (no plan moves
+fewer). Above it, ``auto`` also tries the stable exact methods and CP-SAT, whose second phase
+minimizes moves, and keeps the best by (max utilization, moves, links at max). The snapshot's
+candidate paths are derived from the previous plan's when only links went away.
+
+**Budget** (seconds) bounds the search: LP and CP-SAT share what the constructive step leaves,
+in proportion to sub-problem size. Construction always runs (milliseconds; about a second at
+16k GPUs for greedy), so a tiny budget returns the constructive plan, valid and a little late.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver import fattree
+from solver.bounds import combinatorial_bounds, integral_units, lp_bound, round_up
+from solver.cpsat import solve_cpsat
+from solver.ecmp import ecmp_paths
+from solver.errors import SolverError
+from solver.flows import Flow, Workload
+from solver.greedy import exact_reason, exact_spines, place_exact, place_greedy
+from solver.incremental import Previous, match_middles, match_previous
+from solver.problem import SAME_LEAF, TOLERANCE, UNREACHABLE, Objective, Problem, build_problem
+from solver.result import Bounds, Part, Plan
+from topology.index import FloatArray, IntArray
+from topology.model import Fabric
+
+__all__ = ["STRATEGIES", "flow_weights", "plan"]
+
+STRATEGIES = ("auto", "exact", "cpsat", "greedy", "ecmp")
+
+MIN_SEARCH_SECONDS = 0.02
+"""A search (LP or CP-SAT) is not started with less time than this (plus its build cost)."""
+
+BUILD_SECONDS_PER_PATH = 2e-5
+"""Rough cost of building a CP-SAT model, per candidate variable, measured on 2 cores."""
+
+LP_SHARE = 0.25
+"""Part of a sub-problem's time the LP bound may take before CP-SAT."""
+
+
+def flow_weights(
+    flows: Workload | Sequence[Flow], priorities: Mapping[str, float] | None = None
+) -> tuple[tuple[Flow, ...], FloatArray]:
+    """Flows and their weights ``rate x priority``; priorities default to a workload's jobs'."""
+    prio: dict[str, float] = {}
+    if isinstance(flows, Workload):
+        prio.update((c.job, float(c.priority)) for c in flows.communicators)
+        flow_list = flows.flows
+    else:
+        flow_list = tuple(flows)
+    if priorities:
+        for job, value in priorities.items():
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"priorities[{job!r}] must be a positive number, got {value!r}")
+        prio.update(priorities)
+    weight = np.fromiter((f.rate * prio.get(f.job, 1.0) for f in flow_list), np.float64)
+    return flow_list, weight
+
+
+@dataclass
+class _Component:
+    """One sub-problem while it is being solved."""
+
+    pairs: IntArray
+    flows: IntArray
+    resources: IntArray
+    unit: float
+    combinatorial: float
+    choice: IntArray
+    method: str = ""
+    proven: bool = False
+    lp: float | None = None
+    solver_bound: float | None = None
+    seconds: float = 0.0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def best(self) -> float:
+        return max(self.combinatorial, self.lp or 0.0, self.solver_bound or 0.0)
+
+
+def _components(problem: Problem) -> list[_Component]:
+    """Every component with its flows, resources and combinatorial bound, none solved yet."""
+    bounds = combinatorial_bounds(problem)
+    units = integral_units(problem)
+    return [
+        _Component(
+            pairs,
+            flows,
+            resources,
+            float(unit),
+            round_up(float(bound), float(unit)),
+            np.full(len(flows), -1, dtype=np.int64),
+        )
+        for pairs, flows, resources, bound, unit in zip(
+            problem.components(),
+            problem.component_flows(),
+            problem.component_resources(),
+            bounds.tolist(),
+            units.tolist(),
+            strict=True,
+        )
+    ]
+
+
+def _objective(problem: Problem, c: _Component, choice: IntArray) -> Objective:
+    return problem.measure(problem.loads(c.flows, choice), resources=c.resources)
+
+
+def _meets(value: float, bound: float) -> bool:
+    return value <= bound * (1 + TOLERANCE) + TOLERANCE
+
+
+class _Planner:
+    """State of one :func:`plan` call: the problem, the previous plan, the clock."""
+
+    def __init__(
+        self, problem: Problem, previous: Previous | None, strategy: str, seed: int, deadline: float
+    ) -> None:
+        self.problem = problem
+        self.previous = previous
+        self.strategy = strategy
+        self.seed = seed
+        self.deadline = deadline
+        self._shape: fattree.FatTreeShape | str | None = None
+
+    def key(self, c: _Component, choice: IntArray) -> tuple[float, ...]:
+        """What "better" means for a component: the objective, lexicographically."""
+        util, at_max = _objective(self.problem, c, choice).key()
+        if self.previous is None:
+            return (util, at_max)
+        moved = self.previous.had[c.flows] & (self.previous.choice[c.flows] != choice)
+        return (util, float(np.count_nonzero(moved)), at_max)
+
+    def prior(self, c: _Component) -> IntArray | None:
+        return None if self.previous is None else self.previous.choice[c.flows]
+
+    def at_bound(self, c: _Component, choice: IntArray | None = None) -> bool:
+        chosen = c.choice if choice is None else choice
+        return _meets(_objective(self.problem, c, chosen).max_utilization, c.best)
+
+    def run(self) -> list[_Component]:
+        components = _components(self.problem)
+        todo = components
+        if self.previous is not None and self.strategy in ("auto", "greedy"):
+            todo = self.keep_untouched(components)
+        if self.previous is None and self.strategy in ("auto", "exact"):
+            self.exact_together(todo)
+        for c in todo:
+            if not c.method:
+                self.construct(c)
+        pending = [c for c in components if self.strategy == "cpsat"]
+        if self.strategy == "auto":
+            pending = [c for c in todo if not self.at_bound(c)]
+        weight_left = sum(len(c.flows) for c in pending)
+        for c in pending:
+            remaining = self.deadline - time.perf_counter()
+            share = remaining * len(c.flows) / max(weight_left, 1)
+            weight_left -= len(c.flows)
+            if share <= 0:
+                c.notes += ("search skipped: budget spent",)
+                continue
+            self.improve(c, share)
+        return components
+
+    def keep_untouched(self, components: list[_Component]) -> list[_Component]:
+        """Components whose every flow may stay, and does so at the bound, are done as they
+        are (checked all at once: the common case of a re-plan); the rest are returned."""
+        assert self.previous is not None
+        problem = self.problem
+        prior = self.previous.choice
+        cross = problem.cross
+        kept = cross[prior[cross] >= 0]
+        peaks = problem.peaks(problem.loads(kept, prior[kept]))
+        rest = []
+        for k, c in enumerate(components):
+            if np.all(prior[c.flows] >= 0) and _meets(float(peaks[k]), c.best):
+                c.choice, c.method = prior[c.flows], "kept"
+            else:
+                rest.append(c)
+        return rest
+
+    # -- construction ---------------------------------------------------------------------
+
+    def exact_together(self, components: list[_Component]) -> None:
+        """Exact colouring of every component it solves, one call per spine set: components
+        share no leaf-multigraph vertex, so colouring their union colours each optimally (512
+        rails of a 16k-GPU fabric in one call rather than 512)."""
+        problem = self.problem
+        groups: dict[tuple[int, ...], list[_Component]] = {}
+        for c in components:
+            spines = exact_spines(problem, c.pairs, c.flows)
+            if not isinstance(spines, str) and len(c.flows):
+                groups.setdefault(tuple(spines.tolist()), []).append(c)
+        for members in groups.values():
+            start = time.perf_counter()
+            pairs = np.sort(np.concatenate([c.pairs for c in members]))
+            choice = place_exact(problem, pairs, np.concatenate([c.flows for c in members]))
+            parts = np.split(choice, np.cumsum([len(c.flows) for c in members])[:-1])
+            seconds = (time.perf_counter() - start) / len(members)
+            for c, mine in zip(members, parts, strict=True):
+                c.choice, c.method, c.proven, c.seconds = mine, "exact", True, seconds
+
+    def construct(self, c: _Component) -> None:
+        """The constructive step for one component (see the module docstring)."""
+        start = time.perf_counter()
+        problem = self.problem
+        prior = self.prior(c)
+        options: list[tuple[IntArray, str, bool]] = []
+        if prior is not None and self.strategy != "exact":
+            # Keep what may stay, place the rest: at the bound, nothing else can move fewer.
+            options.append((self.greedy(c.flows, prior), "greedy", False))
+            if self.at_bound(c, options[0][0]):
+                c.choice, c.method = options[0][:2]
+                c.seconds = time.perf_counter() - start
+                return
+        if self.strategy in ("auto", "exact"):
+            reason = exact_reason(problem, c.pairs, c.flows)
+            if reason is None:
+                options.append((place_exact(problem, c.pairs, c.flows, prior), "exact", True))
+            elif self.strategy == "exact":
+                leaves = problem.pair_leaves[c.pairs[0]]
+                names = problem.index.node_names
+                raise SolverError(
+                    f"strategy 'exact' does not apply to the flows between "
+                    f"{names[leaves[0]]} and {names[leaves[1]]} (and {len(c.flows) - 1} others "
+                    f"sharing links with them): {reason}"
+                )
+        if self.strategy == "auto" and not any(method == "exact" for _, method, _ in options):
+            tree = self.fat_tree(c, prior)
+            if tree is not None:
+                options.append(tree)
+        proven = any(optimal for _, _, optimal in options)
+        if prior is None and self.strategy != "exact" and not proven:
+            options.append((self.greedy(c.flows, None), "greedy", False))
+        keys = [self.key(c, choice) for choice, _, _ in options]
+        best = min(range(len(options)), key=lambda i: keys[i])
+        c.choice, c.method, c.proven = options[best]
+        c.seconds = time.perf_counter() - start
+
+    def greedy(self, flows: IntArray, prior: IntArray | None) -> IntArray:
+        """Greedy for ``flows``; with ``prior``, flows that may stay do and the rest follow."""
+        problem = self.problem
+        load = np.zeros(problem.pad + 1)
+        choice = np.full(len(flows), -1, dtype=np.int64)
+        free = np.ones(len(flows), dtype=bool)
+        if prior is not None:
+            free = prior < 0
+            choice[~free] = prior[~free]
+            load = problem.loads(flows[~free], prior[~free])
+        choice[free] = place_greedy(problem, flows[free], load)
+        return choice
+
+    def fat_tree(self, c: _Component, prior: IntArray | None) -> tuple[IntArray, str, bool] | None:
+        """The :mod:`solver.fattree` assignment where it applies (equal weights, intact tree)."""
+        problem = self.problem
+        weights = problem.weight[c.flows]
+        if problem.two_tier or not len(c.flows) or np.any(weights != weights[0]):
+            return None
+        if self._shape is None:
+            self._shape = fattree.analyse(problem.fabric)
+        if isinstance(self._shape, str):
+            return None
+        leaves = problem.pair_leaves[problem.pair[c.flows]]
+        previous: list[tuple[int, ...]] | None = None
+        if prior is not None:
+            rows = problem.offset[problem.pair[c.flows]] + np.maximum(prior, 0)
+            previous = [
+                tuple(r[: problem.hops[p]]) if k >= 0 else ()
+                for r, p, k in zip(
+                    problem.table[rows].tolist(),
+                    problem.pair[c.flows].tolist(),
+                    prior.tolist(),
+                    strict=True,
+                )
+            ]
+        result = fattree.assign_fat_tree(self._shape, leaves[:, 0], leaves[:, 1], previous)
+        middles = np.full((len(c.flows), problem.table.shape[1]), problem.pad, dtype=np.int64)
+        for i, path in enumerate(result.paths):
+            middles[i, : len(path)] = path
+        choice = match_middles(problem, c.flows, middles)
+        if np.any(choice < 0):  # the two would disagree on the candidates: do not use it
+            return None
+        return choice, "fattree", result.optimal
+
+    # -- search ---------------------------------------------------------------------------
+
+    def improve(self, c: _Component, share: float) -> None:
+        """LP bound, then CP-SAT, within ``share`` seconds; keeps the best assignment."""
+        start = time.perf_counter()
+        problem = self.problem
+        if self.strategy == "auto" and share > MIN_SEARCH_SECONDS:
+            value, note = lp_bound(problem, c.pairs, c.flows, share * LP_SHARE)
+            c.notes += (note,)
+            if value is not None:
+                c.lp = round_up(value, c.unit)
+            if self.at_bound(c):
+                c.seconds += time.perf_counter() - start
+                return
+        left = share - (time.perf_counter() - start)
+        paths = int(problem.num_candidates(c.pairs).sum())
+        if left < MIN_SEARCH_SECONDS + BUILD_SECONDS_PER_PATH * paths:
+            c.notes += (f"CP-SAT skipped: {max(left, 0):.3f} s left for {paths:,} candidates",)
+        else:
+            outcome = solve_cpsat(
+                problem,
+                c.pairs,
+                c.flows,
+                c.choice,
+                lower_bound=c.best,
+                time_limit=left,
+                seed=self.seed,
+                previous=self.prior(c),
+            )
+            c.notes += (f"CP-SAT: {outcome.note}",)
+            if outcome.bound is not None:
+                c.solver_bound = round_up(outcome.bound, c.unit)
+            if self.key(c, outcome.choice) < self.key(c, c.choice):
+                c.choice, c.method = outcome.choice, "cpsat"
+            c.proven = c.proven or (outcome.proven and c.method == "cpsat")
+        c.seconds += time.perf_counter() - start
+
+
+def plan(
+    snapshot: Fabric,
+    flows: Workload | Sequence[Flow],
+    previous: Plan | None = None,
+    *,
+    budget: float = 5.0,
+    seed: int = 0,
+    strategy: str = "auto",
+    priorities: Mapping[str, float] | None = None,
+) -> Plan:
+    """Give every flow an equal-cost path on ``snapshot``; see the module docstring.
+
+    ``flows`` may be a :class:`Workload` (its jobs' priorities apply) or plain flows;
+    ``priorities`` (job id -> weight factor) overrides. ``previous`` is the plan in force (a
+    :class:`Plan`, possibly read back with :meth:`Plan.from_plan_file`). Raises ``ValueError``
+    for an unknown strategy or a negative budget, :class:`solver.errors.PlanError` for flows the
+    fabric does not have, :class:`solver.errors.SolverError` when ``exact`` does not apply.
+    """
+    started = time.perf_counter()
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
+    if not (budget >= 0 and math.isfinite(budget)):
+        raise ValueError(f"budget must be a non-negative number of seconds, got {budget!r}")
+    flow_list, weight = flow_weights(flows, priorities)
+    reuse = None if previous is None else previous.candidates
+    problem = build_problem(snapshot, flow_list, weight, reuse)
+    prior = None
+    if previous is not None:
+        prior = match_previous(problem, previous.flows, previous.paths, previous.snapshot)
+    if strategy == "ecmp":
+        paths, choice = _ecmp(problem, seed)
+        components = _components(problem)
+        for c in components:
+            c.choice, c.method = choice[c.flows], "ecmp"
+    else:
+        components = _Planner(problem, prior, strategy, seed, started + budget).run()
+        choice = np.where(problem.pair == SAME_LEAF, 0, -1).astype(np.int64)
+        for c in components:
+            choice[c.flows] = c.choice
+        paths = problem.paths(choice)
+    return _assemble(problem, choice, components, prior, paths, strategy, seed, budget, started)
+
+
+def _ecmp(problem: Problem, seed: int) -> tuple[tuple[tuple[int, ...], ...], IntArray]:
+    """ECMP's paths and the candidate each is (``-1`` if, impossibly, none)."""
+    paths = ecmp_paths(problem.fabric, problem.flows, seed).paths
+    choice = np.where(problem.pair == SAME_LEAF, 0, -1).astype(np.int64)
+    cross = problem.cross
+    middles = np.full((len(cross), max(problem.table.shape[1], 1)), problem.pad, dtype=np.int64)
+    for i, f in enumerate(cross.tolist()):
+        middle = paths[f][1:-1]
+        middles[i, : len(middle)] = middle
+    choice[cross] = match_middles(problem, cross, middles)
+    return paths, choice
+
+
+def _assemble(
+    problem: Problem,
+    choice: IntArray,
+    components: list[_Component],
+    prior: Previous | None,
+    paths: Sequence[tuple[int, ...]],
+    strategy: str,
+    seed: int,
+    budget: float,
+    started: float,
+) -> Plan:
+    reachable = problem.pair != UNREACHABLE
+    moved_mask = np.zeros(problem.num_flows, dtype=bool)
+    if prior is not None:
+        moved_mask = prior.had & reachable & (prior.choice != choice)
+    objective = problem.measure(problem.path_loads(paths), int(moved_mask.sum()))
+    parts = []
+    for c in components:
+        local = _objective(problem, c, c.choice)
+        optimal = c.proven or _meets(local.max_utilization, c.best)
+        parts.append(
+            Part(
+                flows=len(c.flows),
+                pairs=len(c.pairs),
+                method=c.method,
+                status="optimal" if optimal else "feasible",
+                seconds=c.seconds,
+                max_utilization=local.max_utilization,
+                bound=c.best,
+                notes=c.notes,
+            )
+        )
+    lps = [c.lp for c in components if c.lp is not None]
+    solved = [c.solver_bound for c in components if c.solver_bound is not None]
+    bounds = Bounds(
+        combinatorial=max((c.combinatorial for c in components), default=0.0),
+        lp=max(lps) if lps else None,
+        solver=max(solved) if solved else None,
+        best=max((c.best for c in components), default=0.0),
+    )
+    ids = problem.ids
+    return Plan(
+        flows=problem.flows,
+        paths=tuple(paths),
+        objective=objective,
+        bounds=bounds,
+        moved=tuple(ids[i] for i in np.flatnonzero(moved_mask).tolist()),
+        unreachable=tuple(ids[i] for i in np.flatnonzero(~reachable).tolist()),
+        parts=tuple(parts),
+        strategy=strategy,
+        seed=seed,
+        budget=budget,
+        seconds=time.perf_counter() - started,
+        snapshot=problem.fabric,
+        candidates=problem.candidate_table,
+    )

@@ -1,0 +1,357 @@
+"""The planning problem as arrays: each flow's weight, its leaf pair, and the pair's candidates.
+
+Why a compiled form: every algorithm of the planner (greedy, exact colouring, CP-SAT, the
+bounds) asks the same questions thousands of times — which equal-cost paths may this flow take,
+what does a path load, how full is a link — and a Python object per path would make a 16k-GPU
+plan take minutes. So a :class:`Problem` numbers the distinct *(source leaf, destination leaf)*
+pairs of the cross-leaf flows and stores every pair's equal-cost switch paths once, as rows of
+one padded integer table (a flow's choice is then a row number within its pair). NIC links are
+fixed by the endpoints and carried aside; same-leaf flows have exactly one path and load no
+switch-to-switch link; flows without any path (a NIC link down, a pair cut off) are marked.
+
+Candidates come from :mod:`solver.candidates` (routing's equal-cost paths, enumerated once per
+pair, or filtered from the previous snapshot's table when only links went away).
+
+Utilization is :mod:`solver.evaluate`'s: ``load * reference / capacity`` on switch-to-switch
+resources, the reference being the most common NIC speed, where a flow's load is its *weight*
+(rate x job priority; with every priority 1 the figures equal :func:`solver.evaluate.evaluate`'s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from solver.candidates import Candidates, pair_candidates
+from solver.errors import PlanError
+from solver.evaluate import reference_line_rate, switch_resources
+from solver.flows import Flow
+from topology.index import FabricIndex, FloatArray, IntArray
+from topology.model import Fabric
+
+SAME_LEAF = -1
+"""``Problem.pair`` of a flow whose ends share a leaf: one path, no switch-to-switch link."""
+
+UNREACHABLE = -2
+"""``Problem.pair`` of a flow the snapshot cannot deliver (NIC link down, no usable path)."""
+
+TOLERANCE = 1e-9
+"""Relative tolerance when comparing utilizations (sums of floats)."""
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The planner's objective values for one assignment (see :mod:`solver.planner`)."""
+
+    max_utilization: float
+    links_at_max: int
+    sum_squares: float
+    moved: int = 0
+
+    def key(self) -> tuple[float, int]:
+        """Lexicographic comparison key of the assignment-quality part (not ``moved``)."""
+        return (round_util(self.max_utilization), self.links_at_max)
+
+
+def round_util(value: float) -> float:
+    """Utilization rounded so that float noise does not decide a comparison."""
+    return round(value, 9)
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """Flows, their candidate paths and the fabric's capacities, as arrays (see module doc).
+
+    ``table[offset[p] + k, :hops[p]]`` is candidate ``k`` of pair ``p`` (switch resources);
+    unused columns hold the pad resource ``index.num_resources``, whose scale is 0.
+    """
+
+    fabric: Fabric
+    flows: tuple[Flow, ...]
+    ids: tuple[str, ...]
+    weight: FloatArray
+    nic_up: IntArray
+    nic_down: IntArray
+    pair: IntArray
+    pair_leaves: IntArray
+    offset: IntArray
+    table: IntArray
+    hops: IntArray
+    scale: FloatArray
+    reference: float
+    inner: IntArray
+    two_tier: bool
+
+    @property
+    def index(self) -> FabricIndex:
+        return self.fabric.index
+
+    @property
+    def num_flows(self) -> int:
+        return len(self.flows)
+
+    @property
+    def num_pairs(self) -> int:
+        return len(self.pair_leaves)
+
+    @property
+    def pad(self) -> int:
+        return self.fabric.index.num_resources
+
+    def candidates(self, pair: int) -> IntArray:
+        return self.table[self.offset[pair] : self.offset[pair + 1]]
+
+    def num_candidates(self, pairs: IntArray | None = None) -> IntArray:
+        counts = np.diff(self.offset)
+        return counts if pairs is None else counts[pairs]
+
+    @property
+    def candidate_table(self) -> Candidates:
+        return Candidates(self.fabric, self.pair_leaves, self.offset, self.table, self.hops)
+
+    @cached_property
+    def cross(self) -> IntArray:
+        """Flows that cross a spine (the ones a plan chooses for), in flow order."""
+        return np.flatnonzero(self.pair >= 0)
+
+    @cached_property
+    def row_keys(self) -> tuple[IntArray, IntArray]:
+        """Sorted keys ``(pair, first hop, second hop)`` of every candidate row, and the rows.
+
+        Finds which candidate a given switch path is (see :mod:`solver.incremental`).
+        """
+        base = self.pad + 1
+        table = self.table
+        second = table[:, 1] if table.shape[1] > 1 else np.full(len(table), self.pad)
+        row_pair = np.repeat(np.arange(self.num_pairs), self.num_candidates())
+        keys = (row_pair * base + table[:, 0]) * base + second
+        order = np.argsort(keys, kind="stable")
+        return keys[order], order
+
+    @cached_property
+    def lightest_scale(self) -> FloatArray:
+        """Per pair: the least, over its candidates, of the largest scale along the path."""
+        if not self.num_pairs:
+            return np.zeros(0)
+        peak = self.scale[self.table].max(axis=1)
+        return np.minimum.reduceat(peak, self.offset[:-1])
+
+    # -- loads and objective -------------------------------------------------------------------
+
+    def rows(self, flows: IntArray, choice: IntArray) -> IntArray:
+        """Table rows of ``flows`` (cross-leaf) given their choices (candidate numbers)."""
+        return self.offset[self.pair[flows]] + choice
+
+    def loads(self, flows: IntArray, choice: IntArray) -> FloatArray:
+        """Load per resource (plus the pad) of ``flows`` on their chosen candidates."""
+        rows = self.table[self.rows(flows, choice)]
+        weights = np.repeat(self.weight[flows], rows.shape[1])
+        return np.bincount(rows.ravel(), weights=weights, minlength=self.pad + 1).astype(np.float64)
+
+    def measure(
+        self, load: FloatArray, moved: int = 0, resources: IntArray | None = None
+    ) -> Objective:
+        """Objective values of a load vector over switch-to-switch resources (or ``resources``,
+        a subset holding every loaded one, e.g. a component's: the same values, faster)."""
+        inner = self.inner if resources is None else resources
+        util = load[inner] * self.scale[inner]
+        peak = float(util.max(initial=0.0))
+        at_max = int(np.count_nonzero(util >= peak * (1 - TOLERANCE))) if peak > 0 else 0
+        return Objective(peak, at_max, float(np.dot(util, util)), moved)
+
+    def path_loads(self, paths: Sequence[Sequence[int]]) -> FloatArray:
+        """Load per resource (plus the pad) of whole paths (NIC links included), one per flow."""
+        load = np.zeros(self.pad + 1)
+        lengths = np.fromiter((len(p) for p in paths), np.int64, count=len(paths))
+        if lengths.sum():
+            flat = np.fromiter((r for p in paths for r in p), np.int64, count=int(lengths.sum()))
+            np.add.at(load, flat, np.repeat(self.weight, lengths))
+        return load
+
+    # -- paths -------------------------------------------------------------------------------
+
+    def paths(self, choice: IntArray) -> tuple[tuple[int, ...], ...]:
+        """Whole paths (NIC links included) for a choice per flow (``-1`` where not cross)."""
+        out: list[tuple[int, ...]] = [()] * self.num_flows
+        same = np.flatnonzero(self.pair == SAME_LEAF)
+        for f, up, down in zip(
+            same.tolist(), self.nic_up[same].tolist(), self.nic_down[same].tolist(), strict=True
+        ):
+            out[f] = (up, down)
+        cross = self.cross
+        if cross.size:
+            rows = self.rows(cross, choice[cross])
+            hops = self.hops[self.pair[cross]]
+            for length in np.unique(hops).tolist():
+                sel = hops == length
+                body = np.column_stack(
+                    [
+                        self.nic_up[cross[sel]],
+                        self.table[rows[sel], :length],
+                        self.nic_down[cross[sel]],
+                    ]
+                )
+                for f, path in zip(cross[sel].tolist(), body.tolist(), strict=True):
+                    out[f] = tuple(path)
+        return tuple(out)
+
+    # -- independent sub-problems ----------------------------------------------------------
+
+    @cached_property
+    def label(self) -> IntArray:
+        """Component of each pair: pairs whose candidates share no resource, transitively,
+        are in different components; numbered densely in order of their first pair.
+
+        Planes of a dual-plane fabric, rails of rail-aligned rings: what one component does
+        cannot change what another can reach, so each is solved on its own.
+        """
+        n = self.num_pairs
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        res, owner = self._entries
+        label = np.arange(n)
+        while True:  # label propagation over the pair-resource graph; Clos diameters are small
+            by_res = np.full(self.pad, n, dtype=np.int64)
+            np.minimum.at(by_res, res, label[owner])
+            new = label.copy()
+            np.minimum.at(new, owner, by_res[res])
+            new = new[new]
+            if np.array_equal(new, label):
+                break
+            label = new
+        return np.unique(label, return_inverse=True)[1].ravel()
+
+    @cached_property
+    def _entries(self) -> tuple[IntArray, IntArray]:
+        """Every (resource, pair) of the table, pad excluded."""
+        row_pair = np.repeat(np.arange(self.num_pairs), self.num_candidates())
+        res = self.table.ravel()
+        owner = np.repeat(row_pair, self.table.shape[1])
+        real = res != self.pad
+        return res[real], owner[real]
+
+    @property
+    def num_components(self) -> int:
+        return int(self.label.max()) + 1 if self.num_pairs else 0
+
+    @cached_property
+    def resource_label(self) -> IntArray:
+        """Component of each resource (and the pad): ``-1`` where no candidate goes."""
+        out = np.full(self.pad + 1, -1, dtype=np.int64)
+        res, owner = self._entries
+        out[res] = self.label[owner]
+        return out
+
+    def _split(self, items: IntArray, labels: IntArray) -> list[IntArray]:
+        if not self.num_components:
+            return []
+        order = np.argsort(labels, kind="stable")
+        cuts = np.searchsorted(labels[order], np.arange(1, self.num_components))
+        return np.split(items[order], cuts)
+
+    def components(self) -> list[IntArray]:
+        """Pairs of each component (sorted), in component order."""
+        return self._split(np.arange(self.num_pairs), self.label)
+
+    def component_flows(self) -> list[IntArray]:
+        """Cross-leaf flows of each component, in flow order."""
+        cross = self.cross
+        return self._split(cross, self.label[self.pair[cross]])
+
+    def component_resources(self) -> list[IntArray]:
+        """Resources each component's candidates cross (sorted)."""
+        used = np.flatnonzero(self.resource_label[:-1] >= 0)
+        return self._split(used, self.resource_label[used])
+
+    def peaks(self, load: FloatArray) -> FloatArray:
+        """Max utilization of each component under ``load``."""
+        out = np.zeros(self.num_components)
+        used = np.flatnonzero(self.resource_label[:-1] >= 0)
+        np.maximum.at(out, self.resource_label[used], load[used] * self.scale[used])
+        return out
+
+
+def build_problem(
+    fabric: Fabric,
+    flows: Sequence[Flow],
+    weight: FloatArray,
+    reuse: Candidates | None = None,
+) -> Problem:
+    """Compile flows on a snapshot; raises :class:`PlanError` for unknown or repeated flows.
+
+    ``reuse`` is an earlier snapshot's table, used where :meth:`Candidates.reusable_on` allows.
+    """
+    index = fabric.index
+    n = len(flows)
+    problems: list[tuple[str, str]] = []
+    ids = tuple(f.id for f in flows)
+    seen: set[str] = set()
+    src = np.full(n, -1, dtype=np.int64)
+    dst = np.full(n, -1, dtype=np.int64)
+    for i, (flow, fid) in enumerate(zip(flows, ids, strict=True)):
+        if fid in seen:
+            problems.append((fid, "appears twice among the flows"))
+        seen.add(fid)
+        for name, out in ((flow.src, src), (flow.dst, dst)):
+            node = index.node_of.get(name)
+            if node is None or node < index.num_switches:
+                problems.append((fid, f"{name!r} is not a NIC port of fabric {fabric.name!r}"))
+            else:
+                out[i] = node
+    if problems:
+        raise PlanError(problems)
+    up = np.full(n, -1, dtype=np.int64)
+    down = np.full(n, -1, dtype=np.int64)
+    nic = np.array([rs[0] if len(rs) == 1 else -1 for rs in index.out_resources], dtype=np.int64)
+    if n:
+        up, down = nic[src], nic[dst]
+        down = np.where(down >= 0, down ^ 1, -1)
+    ok = (up >= 0) & (down >= 0) & (src != dst)
+    ok[ok] = index.res_usable[up[ok]] & index.res_usable[down[ok]]
+    src_leaf = np.where(ok, index.res_dst[np.maximum(up, 0)], -1)
+    dst_leaf = np.where(ok, index.res_src[np.maximum(down, 0)], -1)
+    pair = np.where(ok, SAME_LEAF, UNREACHABLE).astype(np.int64)
+    cross = ok & (src_leaf != dst_leaf)
+    keys, inverse = np.unique(
+        np.column_stack([src_leaf[cross], dst_leaf[cross]]), axis=0, return_inverse=True
+    )
+    keys = keys.reshape(-1, 2)
+    two_tier = bool(np.all(np.isin(index.tier[: index.num_switches], (1, 2))))
+    rows = pair_candidates(index, keys, two_tier, reuse)
+    counts = np.array([len(r) for r in rows], dtype=np.int64)
+    hops = np.array([r.shape[1] if len(r) else 0 for r in rows], dtype=np.int64)
+    # Pairs without any path are unreachable; renumber the rest densely.
+    alive = counts > 0
+    renumber = np.cumsum(alive) - 1
+    pair_of_cross = np.where(alive[inverse.ravel()], renumber[inverse.ravel()], UNREACHABLE)
+    pair[cross] = pair_of_cross
+    kept = [r for r, a in zip(rows, alive.tolist(), strict=True) if a]
+    width = int(hops.max(initial=0))
+    table = np.full((int(counts[alive].sum()), width), index.num_resources, dtype=np.int64)
+    offset = np.zeros(len(kept) + 1, dtype=np.int64)
+    np.cumsum(counts[alive], out=offset[1:])
+    for p, r in enumerate(kept):
+        table[offset[p] : offset[p + 1], : r.shape[1]] = r
+    reference = reference_line_rate(fabric)
+    scale = np.zeros(index.num_resources + 1)
+    scale[:-1] = reference / index.res_capacity
+    return Problem(
+        fabric=fabric,
+        flows=tuple(flows),
+        ids=ids,
+        weight=np.asarray(weight, dtype=np.float64),
+        nic_up=up,
+        nic_down=down,
+        pair=pair,
+        pair_leaves=keys[alive],
+        offset=offset,
+        table=table,
+        hops=hops[alive],
+        scale=scale,
+        reference=reference,
+        inner=switch_resources(fabric),
+        two_tier=two_tier,
+    )
