@@ -9,6 +9,7 @@ never as a traceback.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -19,18 +20,21 @@ from rich.console import Console
 
 from c4p import report
 from c4p.errors import C4pError
-from c4p.files import load_fabric, load_model, save_fabric, save_model, write_json
+from c4p.files import load_fabric, load_model, save_fabric, save_model, write_json, write_text
 from solver.ecmp import ecmp_paths
 from solver.errors import SolverError
 from solver.evaluate import Evaluation, evaluate
 from solver.jobs import JobsFile
 from solver.patterns import derive_workload
 from solver.placement import JobsGenParams, generate_jobs
+from solver.planner import STRATEGIES, plan
 from solver.plans import PlanFile, paths_from_plan
+from solver.result import Plan
 from topology.analysis import summarize
 from topology.errors import TopologyError
 from topology.formats import problems_of
 from topology.generators import GENERATORS, generate, sized_for_gpus
+from topology.model import Fabric, LinkStatus
 
 app = typer.Typer(
     name="c4p",
@@ -205,6 +209,129 @@ def evaluate_cmd(
             report.evaluation_json(results),
             lambda: report.print_evaluations(console, fabric, results),
         )
+
+    guarded(body)
+
+
+def apply_link_changes(fabric: Fabric, fail: list[str], drain: list[str]) -> Fabric:
+    """The snapshot with links taken down (``--fail``) or drained (``--drain``)."""
+    changes: dict[int, LinkStatus] = {}
+    for names, status in ((fail, LinkStatus.DOWN), (drain, LinkStatus.DRAINED)):
+        for name in names:
+            changes[fabric.index.link_number(name)] = status
+    return fabric.with_link_status(changes) if changes else fabric
+
+
+LinkOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="A link ('a--b' with node names or 'dev:if' ends, or one end 'dev:if'); repeatable."
+    ),
+]
+
+
+@app.command("plan")
+def plan_cmd(
+    fabric_path: Annotated[Path, typer.Option("--fabric", help="Fabric file.")],
+    jobs_path: Annotated[Path, typer.Option("--jobs", help="Jobs file.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Plan file to write.")],
+    budget: Annotated[float, typer.Option(help="Seconds the search may take.")] = 5.0,
+    fail: LinkOption = None,
+    drain: LinkOption = None,
+    previous_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--previous", help="The plan in force: re-plan moving as few flows as needed."
+        ),
+    ] = None,
+    strategy: Annotated[str, typer.Option(help=f"One of: {', '.join(STRATEGIES)}.")] = "auto",
+    seed: Annotated[int, typer.Option(help="Seed of the solver and of ECMP's QP numbers.")] = 0,
+    json_path: JsonOption = None,
+) -> None:
+    """Plan every flow's path; compare with ECMP, greedy and the lower bound."""
+
+    def body() -> None:
+        if strategy not in STRATEGIES:
+            raise C4pError(f"--strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        base = load_fabric(fabric_path)
+        fabric = apply_link_changes(base, fail or [], drain or [])
+        workload = derive_workload(fabric, load_model(JobsFile, jobs_path), str(jobs_path))
+        previous = None
+        if previous_path is not None:
+            previous = Plan.from_plan_file(load_model(PlanFile, previous_path), fabric)
+        ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
+        greedy = plan(fabric, workload, strategy="greedy", seed=seed)
+        result = plan(fabric, workload, previous, budget=budget, seed=seed, strategy=strategy)
+        save_model(result.to_plan_file(), output)
+        evaluations = {
+            "ecmp": evaluate(fabric, workload, ecmp.paths),
+            "c4p": evaluate(fabric, workload, result.paths),
+        }
+        comparison = report.PlanComparison(
+            ecmp=evaluations["ecmp"], greedy=greedy, c4p=result, c4p_eval=evaluations["c4p"]
+        )
+
+        def render() -> None:
+            report.print_plan(console, fabric, comparison, previous is not None)
+            console.print(f"wrote {output}")
+
+        _emit(json_path, report.plan_json(comparison), render)
+
+    guarded(body)
+
+
+@app.command("bench")
+def bench_cmd(
+    quick: Annotated[bool, typer.Option(help="Only the small scenarios (under a minute).")] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            help="Markdown table (default docs/benchmarks.md; out/bench-quick.md with --quick).",
+        ),
+    ] = None,
+    plot_path: Annotated[
+        Path | None, typer.Option("--plot", help="PNG plot (default beside the table).")
+    ] = None,
+    only: Annotated[
+        str | None, typer.Option(help="Run only scenarios whose name contains this text.")
+    ] = None,
+    json_path: JsonOption = None,
+) -> None:
+    """Run the scenario ladder: ECMP, greedy, c4p and the lower bound side by side."""
+    from c4p import bench
+
+    def body() -> None:
+        ladder = [s for s in bench.scenarios() if (s.quick or not quick)]
+        if only:
+            ladder = [s for s in ladder if only in s.name]
+        if not ladder:
+            raise C4pError(f"no scenario matches {only!r}")
+        table = output or Path("out/bench-quick.md" if quick else "docs/benchmarks.md")
+        image = plot_path or table.with_name(table.stem + ".png")
+        started = time.perf_counter()
+
+        def progress(row: bench.Row) -> None:
+            if json_path is None or str(json_path) != "-":
+                console.print(
+                    f"{row.scenario}: {row.flows:,} flows, max util ECMP {row.util_ecmp:.2f} / "
+                    f"greedy {row.util_greedy:.2f} / c4p {row.util_c4p:.2f} / bound "
+                    f"{row.bound:.2f}, {row.solve_s:.3f} s"
+                    + ("" if row.moved is None else
+                       f", re-plan {row.replan_s:.3f} s moved {row.moved}/{row.crossed}"),
+                    highlight=False,
+                )  # fmt: skip
+
+        rows = bench.run(ladder, progress)
+        elapsed = time.perf_counter() - started
+        command = (
+            "c4p bench" + (" --quick" if quick else "") + (f" --only '{only}'" if only else "")
+        )
+        text = bench.markdown(rows, command, elapsed).replace("benchmarks.png", image.name)
+        write_text(table, text)
+        bench.plot(rows, image)
+        _emit(json_path, bench.rows_json(rows), lambda: console.print(f"wrote {table}, {image}"))
 
     guarded(body)
 

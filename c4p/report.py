@@ -7,7 +7,7 @@ figures the same way, and tests check the JSON without parsing tables.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from rich.console import Console
@@ -16,6 +16,7 @@ from rich.table import Table
 from solver.evaluate import Evaluation
 from solver.flows import Flow
 from solver.jobs import JobsFile
+from solver.result import Plan
 from topology.analysis import FabricSummary
 from topology.model import Fabric
 
@@ -154,3 +155,81 @@ def print_evaluations(console: Console, fabric: Fabric, results: Mapping[str, Ev
         if hot and hot[0].utilization > 1.0:
             shown = ", ".join(f"{h.name} ({h.load:g})" for h in hot)
             console.print(f"  {name}: busiest links {shown}", highlight=False)
+
+
+# -- plans ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanComparison:
+    """One planning run beside its baselines, all on the same snapshot and flows."""
+
+    ecmp: Evaluation
+    greedy: Plan
+    c4p: Plan
+    c4p_eval: Evaluation
+
+
+def plan_json(comparison: PlanComparison) -> dict[str, Any]:
+    c4p, ecmp = comparison.c4p, comparison.ecmp
+    return {
+        "plan": c4p.summary(),
+        "max_link_utilization": {
+            "ecmp": ecmp.max_link_utilization,
+            "greedy": comparison.greedy.objective.max_utilization,
+            "c4p": c4p.objective.max_utilization,
+            "lower_bound": c4p.bounds.best,
+        },
+        "jobs": [
+            {
+                "job": e.job,
+                "ecmp_busbw_fraction": e.busbw_fraction,
+                "c4p_busbw_fraction": p.busbw_fraction,
+                "ecmp_slowest_gbps": e.slowest_rate_gbps,
+                "c4p_slowest_gbps": p.slowest_rate_gbps,
+            }
+            for e, p in zip(ecmp.jobs, comparison.c4p_eval.jobs, strict=True)
+        ],
+        "moved": list(c4p.moved),
+    }
+
+
+def print_plan(
+    console: Console, fabric: Fabric, comparison: PlanComparison, replanned: bool
+) -> None:
+    """Per job ECMP vs planned busbw, then the fabric's worst link under each strategy."""
+    c4p = comparison.c4p
+    table = Table(title="per job: predicted bus bandwidth (per NIC)", title_justify="left")
+    for name in ("job", "flows", "ecmp busbw", "c4p busbw", "c4p slowest Gb/s"):
+        table.add_column(name, justify="left" if name == "job" else "right")
+    for e, p in zip(comparison.ecmp.jobs, comparison.c4p_eval.jobs, strict=True):
+        table.add_row(
+            e.job,
+            str(e.flows),
+            _pct(e.busbw_fraction),
+            _pct(p.busbw_fraction),
+            _gbps(p.slowest_rate_gbps),
+        )
+    console.print(table)
+    links = Table(title=f"fabric {fabric.name}: busiest link", title_justify="left")
+    links.add_column("")
+    for name in ("ecmp", "greedy", "c4p", "lower bound"):
+        links.add_column(name, justify="right")
+    links.add_row(
+        "max link utilization",
+        f"{comparison.ecmp.max_link_utilization:.2f}",
+        f"{comparison.greedy.objective.max_utilization:.2f}",
+        f"{c4p.objective.max_utilization:.2f}",
+        f"{c4p.bounds.best:.2f}",
+    )
+    console.print(links)
+    methods = ", ".join(sorted({p.method for p in c4p.parts})) or "-"
+    console.print(
+        f"  c4p: {c4p.status} (gap to bound {100 * c4p.gap:.1f}%), {len(c4p.flows)} flows in "
+        f"{len(c4p.parts)} independent part(s) by {methods}, solved in {c4p.seconds:.3f} s",
+        highlight=False,
+    )
+    if replanned:
+        console.print(f"  flows moved from the previous plan: {len(c4p.moved)}", highlight=False)
+    if c4p.unreachable:
+        console.print(f"  unreachable flows: {len(c4p.unreachable)}", highlight=False)

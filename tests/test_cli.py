@@ -125,3 +125,74 @@ def test_user_errors_exit_2_with_a_located_message(tmp_path: Path) -> None:
     out = run("evaluate", "--fabric", str(fabric_path), "--jobs", str(jobs), code=2)
     assert "jobs[0].hosts[0]" in out and "nope" in out
     assert not (tmp_path / "x.yaml").exists()
+
+
+def _small_fabric_and_jobs(tmp_path: Path, spines: int = 2) -> tuple[Path, Path]:
+    fabric_path, jobs_path = tmp_path / "f.yaml", tmp_path / "j.yaml"
+    run("fabric", "generate", "rail-optimized", "-o", str(fabric_path), "--set", "units=4",
+        "--set", "hosts_per_unit=4", "--set", "rails=2", "--set", f"spines={spines}")  # fmt: skip
+    run("jobs", "generate", "--fabric", str(fabric_path), "-o", str(jobs_path), "--count", "3",
+        "--hosts", "5", "--placement", "random", "--qps", "2", "--seed", "4")  # fmt: skip
+    return fabric_path, jobs_path
+
+
+def test_plan_writes_a_plan_that_evaluate_accepts_and_beats_ecmp(tmp_path: Path) -> None:
+    fabric_path, jobs_path = _small_fabric_and_jobs(tmp_path)
+    plan_path = tmp_path / "plan.json"
+    out = run_json("plan", "--fabric", str(fabric_path), "--jobs", str(jobs_path),
+                   "-o", str(plan_path))  # fmt: skip
+    util = out["max_link_utilization"]
+    assert util["c4p"] == util["lower_bound"]
+    assert util["c4p"] <= util["greedy"] <= util["ecmp"] or util["c4p"] <= util["ecmp"]
+    assert out["plan"]["status"] == "optimal"
+    evaluated = run_json("evaluate", "--fabric", str(fabric_path), "--jobs", str(jobs_path),
+                         "--plan", str(plan_path))  # fmt: skip
+    assert evaluated["plan"]["max_link_utilization"] == util["c4p"]
+    fractions = [j["c4p_busbw_fraction"] for j in out["jobs"]]
+    assert [j["busbw_fraction"] for j in evaluated["plan"]["jobs"]] == fractions
+
+
+@pytest.mark.parametrize("spines", [2, 4])
+def test_replan_after_a_failure_moves_only_what_crossed_it(tmp_path: Path, spines: int) -> None:
+    fabric_path, jobs_path = _small_fabric_and_jobs(tmp_path, spines)
+    first, second = tmp_path / "p1.json", tmp_path / "p2.json"
+    before = run_json("plan", "--fabric", str(fabric_path), "--jobs", str(jobs_path),
+                      "-o", str(first))  # fmt: skip
+    planned = json.loads(first.read_text())
+    used = {
+        (a, b)
+        for f in planned["flows"]
+        for a, b in zip(f["path"][1:-2], f["path"][2:-1], strict=True)
+        if a.startswith("leaf")
+    }
+    leaf, spine = sorted(used)[0]
+    crossing = {
+        (f["job"], f["connection"], f["qp"])
+        for f in planned["flows"]
+        if any((a, b) == (leaf, spine) for a, b in zip(f["path"], f["path"][1:], strict=False))
+    }
+    out = run_json("plan", "--fabric", str(fabric_path), "--jobs", str(jobs_path),
+                   "-o", str(second), "--previous", str(first),
+                   "--fail", f"{leaf}--{spine}")  # fmt: skip
+    moved = {(j, int(c), int(q)) for j, _, c, q in (m.split("/") for m in out["moved"])}
+    assert crossing and crossing <= moved  # what crossed the failed link must move ...
+    assert out["max_link_utilization"]["c4p"] == out["max_link_utilization"]["lower_bound"]
+    assert len(moved) < len(planned["flows"]) / 4  # ... and few others (what the bound needs)
+    replanned = json.loads(second.read_text())
+    assert all(
+        (leaf, spine) not in zip(f["path"], f["path"][1:], strict=False) for f in replanned["flows"]
+    )
+    old = {(f["job"], f["connection"], f["qp"]): f["path"] for f in planned["flows"]}
+    for f in replanned["flows"]:
+        key = (f["job"], f["connection"], f["qp"])
+        assert (f["path"] != old[key]) == (key in moved)  # unmoved flows keep their paths
+    assert before["plan"]["moved"] == 0
+
+
+def test_plan_refuses_bad_options(tmp_path: Path) -> None:
+    fabric_path, jobs_path = _small_fabric_and_jobs(tmp_path)
+    base = ["plan", "--fabric", str(fabric_path), "--jobs", str(jobs_path),
+            "-o", str(tmp_path / "p.json")]  # fmt: skip
+    assert "--strategy 'magic'" in run(*base, "--strategy", "magic", code=2)
+    assert "no link 'leaf-x--spine-y'" in run(*base, "--fail", "leaf-x--spine-y", code=2)
+    assert not (tmp_path / "p.json").exists()
