@@ -11,6 +11,8 @@ reference / capacity``); (2) for a fresh plan, the number of links at that maxim
 flows moved from ``previous``. With a previous plan, moves come *before* links-at-max: a live QP
 is only moved when the maximum needs it, never to shave a tie (a bulk-synchronous job runs at
 its worst link, which (1) already minimized). Sum of squared utilizations is reported too.
+The order holds *per independent part* (below): a job whose flows share no link with the
+bottleneck still gets its own lowest maximum, even if that moves one of its flows.
 
 **Method, per independent sub-problem** (connected components of leaf pairs that share a
 link: planes, rails of rail-aligned traffic) under strategy ``auto``:

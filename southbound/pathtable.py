@@ -1,0 +1,492 @@
+"""Learned source-port tables: which port takes which path, from probe results alone.
+
+Why: the controller must steer QPs even where it knows nothing of the switches' hashes (DESIGN.md
+§3: probing is the truth). A :class:`PathTable` is built only from traces (source address,
+destination address, source port, the hops that answered) and the topology; it never sees a
+hash profile. It answers both questions binding needs: "which ports take this path" and "which
+path does this port take".
+
+**Scope.** With the usual 5-tuple hash, the sport -> path mapping is different for every NIC
+pair, so entries are kept per ``(source port, destination port)`` (:attr:`Scope.PAIR`). Where
+switches ignore the host bits of the addresses, every NIC pair of two leaves shares one mapping,
+and one table entry per *leaf pair* serves them all (:attr:`Scope.LEAF_PAIR`): far fewer probes.
+The operator declares the scope, or ``southbound.probeplan.detect_scope`` measures it.
+
+**Reading a trace.** Hop ``t`` is the switch at position ``t - 1`` of the path. Starting at the
+source leaf, the table walks the ECMP groups of the topology (``Routing.next_hops``): where a
+group has one member the hop is known without an answer, where it has several the answering
+switch says which member was taken. An answer from a switch that is no member is
+``UNEXPECTED`` (the topology view is wrong or stale); a silent hop where there is a choice is
+``INCOMPLETE``. So probes need only the TTLs right after the branching switches.
+
+**Confidence** (:class:`ConfidenceRule`): a port's entry is trusted once ``probes_per_port``
+traces agreed on its path (a disagreement restarts the count); a path is covered once it has
+``ports_per_path`` trusted ports. Defaults 1 and 1: the fabric is deterministic, and stale
+entries are found by invalidation rather than by repetition.
+
+**Invalidation.** An entry is stale exactly when an ECMP group its path consults changes
+(members gained or lost: vendors remap ``hash mod n``). :meth:`PathTable.invalidate` compares
+the groups of the old and new topology snapshots through a reverse index ``group -> leaf pairs``
+(ONOS-style), marks only those entries stale and names the keys whose set of paths may have
+changed, for ``ProbePlanner.reprobe``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from southbound.ports import PORT_ORDER, PortRequest, port_rank
+from southbound.probing import AddressBook, Trace
+from southbound.routes import GroupKey, Middle, full_path, middle_of
+from topology.errors import PathError
+from topology.index import FabricIndex
+from topology.model import Fabric
+from topology.roce import SPORT_COUNT
+
+TableKey = tuple[int, int]
+"""``(source NIC port, destination NIC port)`` or ``(source leaf, destination leaf)`` nodes."""
+
+
+class Scope(StrEnum):
+    """What one set of table entries is shared by (see the module docstring)."""
+
+    PAIR = "pair"
+    LEAF_PAIR = "leaf-pair"
+
+
+class Outcome(StrEnum):
+    """What recording one trace did."""
+
+    NEW = "new"
+    AGREED = "agreed"
+    CHANGED = "changed"
+    INCOMPLETE = "incomplete"
+    UNEXPECTED = "unexpected"
+    UNKNOWN_ENDPOINT = "unknown-endpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfidenceRule:
+    """How much agreement an entry and a path need (see the module docstring)."""
+
+    probes_per_port: int = 1
+    ports_per_path: int = 1
+
+    def __post_init__(self) -> None:
+        if self.probes_per_port < 1 or self.ports_per_path < 1:
+            raise ValueError(f"confidence rule needs counts >= 1, got {self}")
+
+
+@dataclass(slots=True)
+class PortEntry:
+    """What the table knows of one source port of one key."""
+
+    middle: Middle
+    agreeing: int = 1
+    stale: bool = False
+    changes: int = 0
+
+
+@dataclass(frozen=True)
+class Invalidation:
+    """What a topology change did to a table: the groups that changed, the entries made stale
+    (``(key, sport)``) and the keys whose paths may have changed (to re-probe and re-cover)."""
+
+    changed_groups: tuple[GroupKey, ...]
+    stale: tuple[tuple[TableKey, int], ...]
+    keys: tuple[TableKey, ...]
+
+
+@dataclass(slots=True)
+class _KeyState:
+    """Entries of one key, with counts kept up to date so that a planning round costs
+    O(paths + untrusted entries), not O(entries)."""
+
+    entries: dict[int, PortEntry] = field(default_factory=dict)
+    by_middle: dict[Middle, set[int]] = field(default_factory=dict)
+    trusted: Counter[Middle] = field(default_factory=Counter)
+    pending: set[int] = field(default_factory=set)  # neither trusted nor stale
+    cursor: int = 0
+
+
+class PathTable:
+    """Learned sport -> path entries of one fabric topology (see the module docstring)."""
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        scope: Scope | str = Scope.PAIR,
+        rule: ConfidenceRule | None = None,
+        addresses: AddressBook | None = None,
+    ) -> None:
+        self.scope = Scope(scope)
+        self.rule = rule or ConfidenceRule()
+        self._book = addresses or AddressBook(fabric)
+        self._keys: dict[TableKey, _KeyState] = {}
+        self._by_group: dict[GroupKey, set[TableKey]] = {}
+        self._leaf_keys: dict[TableKey, set[TableKey]] = {}
+        self._use(fabric)
+
+    def _use(self, fabric: Fabric) -> None:
+        self._fabric = fabric
+        self._index: FabricIndex = fabric.index
+        self._routing = self._index.routing
+        self._middles: dict[TableKey, frozenset[Middle]] = {}
+        self._trivial: dict[TableKey, bool] = {}
+        self._ordered: dict[TableKey, tuple[Middle, ...]] = {}
+        self._towards: dict[tuple[int, ...], dict[int, int]] = {}  # group -> next node -> member
+        index = self._index
+        self._ports_on: dict[int, list[int]] = {}
+        for port in index.ports:
+            out = index.out_resources[port.node]
+            if len(out) == 1 and index.res_usable[out[0]]:
+                self._ports_on.setdefault(int(index.res_dst[out[0]]), []).append(port.node)
+
+    @property
+    def fabric(self) -> Fabric:
+        """The topology snapshot the entries are valid for."""
+        return self._fabric
+
+    # -- keys -------------------------------------------------------------------------------
+
+    def key_of(self, src: int, dst: int) -> TableKey:
+        """The key whose entries serve NIC ports ``src`` -> ``dst`` (node numbers)."""
+        if self.scope is Scope.PAIR:
+            return (src, dst)
+        return (self._index.leaf_of(src), self._index.leaf_of(dst))
+
+    def leaves(self, key: TableKey) -> TableKey:
+        """The ``(source leaf, destination leaf)`` of a key."""
+        if self.scope is Scope.LEAF_PAIR:
+            return key
+        return (self._index.leaf_of(key[0]), self._index.leaf_of(key[1]))
+
+    def endpoints(self, key: TableKey) -> TableKey | None:
+        """A NIC port pair to probe ``key`` with (usable NIC links), or ``None``."""
+        index = self._index
+        if self.scope is Scope.PAIR:
+            try:
+                usable = all(index.res_usable[index.uplink(n)] for n in key)
+            except PathError:  # a NIC port without its one cable
+                return None
+            return key if usable and key[0] != key[1] else None
+        sources, targets = self._ports_on.get(key[0], []), self._ports_on.get(key[1], [])
+        if not sources:
+            return None
+        dst = next((d for d in targets if d != sources[0]), None)
+        return None if dst is None else (sources[0], dst)
+
+    def leaf_pair_keys(self) -> list[TableKey]:
+        """Every ordered pair of distinct leaves that have NIC ports (leaf-pair scope only)."""
+        if self.scope is not Scope.LEAF_PAIR:
+            raise ValueError("leaf_pair_keys: the table is per NIC pair; give pairs instead")
+        leaves = sorted(self._ports_on)
+        return [(a, b) for a in leaves for b in leaves if a != b]
+
+    def middles(self, key: TableKey) -> frozenset[Middle]:
+        """The equal-cost middles of a key in the current topology."""
+        leaves = self.leaves(key)
+        cached = self._middles.get(leaves)
+        if cached is None:
+            cached = frozenset(self._routing.switch_paths(*leaves))
+            self._middles[leaves] = cached
+        return cached
+
+    def is_trivial(self, key: TableKey) -> bool:
+        """True if no switch on the way has a choice: every port takes the one path (if any),
+        nothing to learn."""
+        leaves = self.leaves(key)
+        trivial = self._trivial.get(leaves)
+        if trivial is None:
+            groups = self._closure(*leaves)
+            trivial = all(len(self._routing.next_hops(*g)) <= 1 for g in groups)
+            self._trivial[leaves] = trivial
+        return trivial
+
+    # -- recording --------------------------------------------------------------------------
+
+    def record(self, trace: Trace) -> Outcome:
+        """Add what one trace shows to the table."""
+        index = self._index
+        src = index.node_of_address.get(trace.probe.src)
+        dst = index.node_of_address.get(trace.probe.dst)
+        if src is None or dst is None or src == dst:
+            return Outcome.UNKNOWN_ENDPOINT
+        try:
+            key = self.key_of(src, dst)
+            outcome, middle = self._read(trace, src, dst)
+        except PathError:  # a NIC port without its one cable
+            return Outcome.UNKNOWN_ENDPOINT
+        if middle is None:
+            return outcome
+        state = self._state(key)
+        sport = trace.probe.sport
+        entry = state.entries.get(sport)
+        if entry is None:
+            entry = state.entries[sport] = PortEntry(middle, agreeing=0)
+            state.by_middle.setdefault(middle, set()).add(sport)
+            outcome = Outcome.NEW
+        elif entry.middle == middle:
+            outcome = Outcome.AGREED
+        else:
+            outcome = Outcome.CHANGED
+        self._update(state, sport, entry, middle, outcome is Outcome.CHANGED or entry.stale)
+        return outcome
+
+    def _update(
+        self, state: _KeyState, sport: int, entry: PortEntry, middle: Middle, restart: bool
+    ) -> None:
+        """Count one more observation of ``middle`` for an entry (``restart``: its count
+        starts afresh), keeping the key's trusted counts and pending set right."""
+        if self.trusted(entry):
+            state.trusted[entry.middle] -= 1
+        if entry.middle != middle:
+            state.by_middle[entry.middle].discard(sport)
+            state.by_middle.setdefault(middle, set()).add(sport)
+            entry.changes += 1
+        entry.middle, entry.stale = middle, False
+        entry.agreeing = 1 if restart else entry.agreeing + 1
+        if self.trusted(entry):
+            state.trusted[middle] += 1
+            state.pending.discard(sport)
+        else:
+            state.pending.add(sport)
+
+    def _make_stale(self, state: _KeyState, sport: int, entry: PortEntry) -> None:
+        if self.trusted(entry):
+            state.trusted[entry.middle] -= 1
+        state.pending.discard(sport)
+        entry.stale, entry.agreeing = True, 0
+
+    def record_many(self, traces: Iterable[Trace]) -> Counter[Outcome]:
+        return Counter(self.record(t) for t in traces)
+
+    def _state(self, key: TableKey) -> _KeyState:
+        state = self._keys.get(key)
+        if state is None:
+            state = self._keys[key] = _KeyState()
+            self._register(key)
+        return state
+
+    def _register(self, key: TableKey) -> None:
+        """Index every group any equal-cost path of the key consults (its closure)."""
+        leaves = self.leaves(key)
+        known = self._leaf_keys.get(leaves)
+        if known is None:
+            known = self._leaf_keys[leaves] = set()
+            for group in self._closure(*leaves):
+                self._by_group.setdefault(group, set()).add(leaves)
+        known.add(key)
+
+    def _closure(self, src_leaf: int, dst_leaf: int) -> set[GroupKey]:
+        routing, index = self._routing, self._index
+        seen: set[GroupKey] = set()
+        todo = [(src_leaf, False)]
+        while todo:
+            node, descending = todo.pop()
+            group_key = (node, dst_leaf, descending)
+            if node == dst_leaf or group_key in seen:
+                continue
+            seen.add(group_key)
+            for res in routing.next_hops(node, dst_leaf, descending):
+                todo.append((int(index.res_dst[res]), descending or routing.is_down(res)))
+        return seen
+
+    def _read(self, trace: Trace, src: int, dst: int) -> tuple[Outcome, Middle | None]:
+        """Walk the groups from the source leaf, letting the answers choose among members."""
+        index, routing = self._index, self._routing
+        src_leaf, dst_leaf = index.leaf_of(src), index.leaf_of(dst)
+
+        def seen(ttl: int) -> int | None:
+            """The node that answered at ``ttl``; ``None`` if silent, -1 if not of the fabric."""
+            address = trace.at(ttl)
+            if address is None:
+                return None
+            node = self._book.node(address)
+            return -1 if node is None else node
+
+        first = seen(1)
+        if first is not None and first != src_leaf:
+            return Outcome.UNEXPECTED, None
+        node, descending = src_leaf, False
+        middle: list[int] = []
+        while node != dst_leaf:
+            group = routing.next_hops(node, dst_leaf, descending)
+            answer = seen(len(middle) + 2)
+            if answer is None:
+                if len(group) != 1:
+                    return (Outcome.INCOMPLETE if group else Outcome.UNEXPECTED), None
+                res = group[0]
+            else:
+                towards = self._towards.get(group)
+                if towards is None:
+                    towards = self._towards[group] = {int(index.res_dst[r]): r for r in group}
+                if answer not in towards:
+                    return Outcome.UNEXPECTED, None
+                res = towards[answer]
+            middle.append(res)
+            descending = descending or routing.is_down(res)
+            node = int(index.res_dst[res])
+        last = seen(len(middle) + 2)
+        if last is not None and last != dst:
+            return Outcome.UNEXPECTED, None
+        return Outcome.NEW, tuple(middle)
+
+    # -- questions --------------------------------------------------------------------------
+
+    def trusted(self, entry: PortEntry) -> bool:
+        return not entry.stale and entry.agreeing >= self.rule.probes_per_port
+
+    def entries(self, key: TableKey) -> Mapping[int, PortEntry]:
+        state = self._keys.get(key)
+        return state.entries if state is not None else {}
+
+    def known_keys(self) -> Iterator[TableKey]:
+        """Every key the table holds entries (or a probe record) for."""
+        return iter(self._keys)
+
+    def ports_of_middle(
+        self, key: TableKey, middle: Middle, limit: int | None = None
+    ) -> tuple[int, ...]:
+        """Trusted ports of ``key`` that take ``middle``, in port preference order (any port
+        when the key is trivial)."""
+        if self.is_trivial(key):
+            return PORT_ORDER[:limit] if middle in self.middles(key) else ()
+        state = self._keys.get(key)
+        if state is None:
+            return ()
+        if not state.trusted[middle]:
+            return ()
+        ports = sorted(
+            (s for s in state.by_middle.get(middle, ()) if self.trusted(state.entries[s])),
+            key=port_rank,
+        )
+        return tuple(ports[:limit] if limit is not None else ports)
+
+    def ports_for(self, src: int, dst: int, path: Sequence[int]) -> tuple[int, ...]:
+        """Trusted ports that take ``path`` (NIC-to-NIC resources) from ``src`` to ``dst``."""
+        return self.ports_of_middle(self.key_of(src, dst), middle_of(path))
+
+    def middle_of_port(self, key: TableKey, sport: int) -> Middle | None:
+        """The middle a trusted port takes for a key; the only one when trivial."""
+        if self.is_trivial(key):
+            only = self.middles(key)
+            return next(iter(only)) if only else None
+        entry = self.entries(key).get(sport)
+        return entry.middle if entry is not None and self.trusted(entry) else None
+
+    def path_of(self, src: int, dst: int, sport: int) -> tuple[int, ...] | None:
+        """The NIC-to-NIC path ``sport`` takes from ``src`` to ``dst``, if the table knows."""
+        middle = self.middle_of_port(self.key_of(src, dst), sport)
+        return None if middle is None else full_path(self._index, src, dst, middle)
+
+    def missing(self, key: TableKey) -> tuple[Middle, ...]:
+        """Equal-cost middles of ``key`` without ``ports_per_path`` trusted ports."""
+        if self.is_trivial(key):
+            return ()
+        state = self._keys.get(key)
+        need = self.rule.ports_per_path
+        ordered = self._ordered_middles(key)
+        if state is None:
+            return ordered
+        return tuple(m for m in ordered if state.trusted[m] < need)
+
+    def pending(self, key: TableKey) -> Mapping[int, Middle]:
+        """Entries seen but not trusted yet (and not stale): port -> middle."""
+        state = self._keys.get(key)
+        if state is None:
+            return {}
+        return {sport: state.entries[sport].middle for sport in sorted(state.pending)}
+
+    def _ordered_middles(self, key: TableKey) -> tuple[Middle, ...]:
+        leaves = self.leaves(key)
+        cached = self._ordered.get(leaves)
+        if cached is None:
+            cached = self._ordered[leaves] = tuple(sorted(self.middles(key)))
+        return cached
+
+    def take_ports(self, key: TableKey, count: int) -> list[int]:
+        """The next ``count`` never-probed ports of a key, in port preference order."""
+        state = self._state(key)
+        start = state.cursor
+        state.cursor = min(SPORT_COUNT, start + count)
+        return [p for p in PORT_ORDER[start : state.cursor] if p not in state.entries]
+
+    def exhausted(self, key: TableKey) -> bool:
+        """True once every port of a key has been offered for probing."""
+        state = self._keys.get(key)
+        return state is not None and state.cursor >= SPORT_COUNT
+
+    # -- topology changes -------------------------------------------------------------------
+
+    def invalidate(self, fabric: Fabric) -> Invalidation:
+        """Move to a new snapshot of the same topology; mark stale what its changes touched."""
+        old = self._fabric
+        if [(k.a, k.b) for k in old.links] != [(k.a, k.b) for k in fabric.links] or [
+            s.name for s in old.switches
+        ] != [s.name for s in fabric.switches]:
+            raise PathError(
+                "invalidate: the new fabric is not the same topology (links or switches differ); "
+                "build a new table"
+            )
+        before, after = self._routing, fabric.index.routing
+        changed = sorted(g for g in self._by_group if before.next_hops(*g) != after.next_hops(*g))
+        changed_set = set(changed)
+        touched = {leaves for g in changed for leaves in self._by_group[g]}
+        stale: list[tuple[TableKey, int]] = []
+        keys: list[TableKey] = []
+        for leaves in sorted(touched):
+            for key in sorted(self._leaf_keys.get(leaves, ())):
+                keys.append(key)
+                for sport, entry in sorted(self._keys[key].entries.items()):
+                    if changed_set & self._groups_along(leaves, entry.middle):
+                        self._make_stale(self._keys[key], sport, entry)
+                        stale.append((key, sport))
+        self._use(fabric)
+        for leaves in touched:
+            for group in self._closure(*leaves):
+                self._by_group.setdefault(group, set()).add(leaves)
+        return Invalidation(tuple(changed), tuple(stale), tuple(keys))
+
+    def _groups_along(self, leaves: TableKey, middle: Middle) -> set[GroupKey]:
+        """The groups a packet consults along ``middle`` (from tiers: valid after a change)."""
+        index = self._index
+        descending, out = False, set()
+        for res in middle:
+            src = int(index.res_src[res])
+            out.add((src, leaves[1], descending))
+            descending = descending or bool(index.tier[index.res_dst[res]] < index.tier[src])
+        return out
+
+
+class LearnedPorts:
+    """The :class:`~southbound.ports.PortSource` answered by a :class:`PathTable`."""
+
+    mode = "learned"
+
+    def __init__(self, table: PathTable) -> None:
+        self.table = table
+
+    def find(self, requests: Sequence[PortRequest]) -> list[tuple[int, ...]]:
+        out = []
+        for r in requests:
+            key = self.table.key_of(r.src, r.dst)
+            ports = self.table.ports_of_middle(key, r.middle, r.count + len(r.exclude))
+            out.append(tuple(p for p in ports if p not in r.exclude)[: r.count])
+        return out
+
+    def alternatives(self, src: int, dst: int) -> dict[Middle, tuple[int, ...]]:
+        key = self.table.key_of(src, dst)
+        found = {m: self.table.ports_of_middle(key, m, 64) for m in sorted(self.table.middles(key))}
+        return {m: ports for m, ports in found.items() if ports}
+
+    def middles_of(
+        self, src: Sequence[int], dst: Sequence[int], sports: Sequence[int]
+    ) -> list[Middle | None]:
+        return [
+            self.table.middle_of_port(self.table.key_of(s, d), p)
+            for s, d, p in zip(src, dst, sports, strict=True)
+        ]
