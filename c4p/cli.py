@@ -30,6 +30,9 @@ from solver.placement import JobsGenParams, generate_jobs
 from solver.planner import STRATEGIES, plan
 from solver.plans import PlanFile, paths_from_plan
 from solver.result import Plan
+from southbound.bindings import bindings_for_paths
+from southbound.routes import routes_from_flows
+from southbound.verify import verify
 from topology.analysis import summarize
 from topology.errors import TopologyError
 from topology.formats import problems_of
@@ -246,6 +249,14 @@ def plan_cmd(
     ] = None,
     strategy: Annotated[str, typer.Option(help=f"One of: {', '.join(STRATEGIES)}.")] = "auto",
     seed: Annotated[int, typer.Option(help="Seed of the solver and of ECMP's QP numbers.")] = 0,
+    bindings_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--bindings",
+            help="Also write each QP's UDP source port / flow label (predicted from the "
+            "switches' hash profiles), checked in the modeled data plane.",
+        ),
+    ] = None,
     json_path: JsonOption = None,
 ) -> None:
     """Plan every flow's path; compare with ECMP, greedy and the lower bound."""
@@ -270,12 +281,30 @@ def plan_cmd(
         comparison = report.PlanComparison(
             ecmp=evaluations["ecmp"], greedy=greedy, c4p=result, c4p_eval=evaluations["c4p"]
         )
+        data = report.plan_json(comparison)
+        check = None
+        if bindings_path is not None:
+            routes = routes_from_flows(workload.flows, result.paths)
+            bindings = bindings_for_paths(fabric, routes, epoch=1)
+            save_model(bindings, bindings_path)
+            check = verify(fabric, bindings, routes)
+            data["bindings"] = {
+                "file": str(bindings_path),
+                "qps": len(bindings.bindings),
+                "issues": len(bindings.issues),
+                "as_planned": check.as_planned,
+                "ok": check.ok,
+                "differing_links": check.differing_links,
+            }
 
         def render() -> None:
             report.print_plan(console, fabric, comparison, previous is not None)
+            if check is not None:
+                console.print(check.summary(), highlight=False)
+                console.print(f"wrote {bindings_path}")
             console.print(f"wrote {output}")
 
-        _emit(json_path, report.plan_json(comparison), render)
+        _emit(json_path, data, render)
 
     guarded(body)
 

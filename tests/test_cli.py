@@ -196,3 +196,37 @@ def test_plan_refuses_bad_options(tmp_path: Path) -> None:
     assert "--strategy 'magic'" in run(*base, "--strategy", "magic", code=2)
     assert "no link 'leaf-x--spine-y'" in run(*base, "--fail", "leaf-x--spine-y", code=2)
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("kind", "sets"),
+    [
+        ("leaf-spine", ["leaves=4", "spines=3", "hosts_per_leaf=2", "nics_per_host=2"]),
+        ("rail-optimized", ["units=3", "hosts_per_unit=3", "rails=2", "spines=3"]),
+        ("fat-tree", ["k=4"]),
+        ("dual-plane", ["units=3", "hosts_per_unit=2", "rails=2", "spines=2"]),
+    ],
+)
+def test_plan_bindings_steer_every_qp_onto_its_planned_path(
+    kind: str, sets: list[str], tmp_path: Path
+) -> None:
+    fabric_path, jobs_path = tmp_path / "f.yaml", tmp_path / "j.yaml"
+    args = ["fabric", "generate", kind, "-o", str(fabric_path)]
+    for item in sets:
+        args += ["--set", item]
+    run(*args)
+    run("jobs", "generate", "--fabric", str(fabric_path), "-o", str(jobs_path), "--count", "2",
+        "--hosts", "3", "--placement", "random", "--qps", "2", "--seed", "9")  # fmt: skip
+    bindings_path = tmp_path / "b.json"
+    out = run_json("plan", "--fabric", str(fabric_path), "--jobs", str(jobs_path),
+                   "-o", str(tmp_path / "p.json"), "--bindings", str(bindings_path))  # fmt: skip
+    assert out["bindings"]["as_planned"] and out["bindings"]["differing_links"] == 0
+    written = json.loads(bindings_path.read_text())
+    planned = {
+        (f["job"], f["connection"], f["qp"]): f["path"]
+        for f in json.loads((tmp_path / "p.json").read_text())["flows"]
+    }
+    assert len(written["bindings"]) == len(planned)
+    for b in written["bindings"]:
+        assert 0xC000 <= b["sport"] <= 0xFFFF
+        assert b["path"] == planned[(b["job"], b["connection"], b["qp"])]
