@@ -178,9 +178,7 @@ def forward_many(
             f"{src.size}, {dst.size}, {sports.size}"
         )
     count = src.size
-    address = np.zeros(index.num_nodes, dtype=np.uint64)
-    for port in index.ports:
-        address[port.node] = int(port.port.address)
+    address = index.port_addresses
     src_ips, dst_ips = address[src], address[dst]
 
     profiles = _profiles(index)
@@ -195,11 +193,7 @@ def forward_many(
 
     # Attach every flow (or mark it unforwardable), then step all travelling flows together.
     # A NIC port's uplink is its only link (-1 if it has none or several, as in uplink()).
-    uplink = np.full(index.num_nodes, -1, dtype=np.int64)
-    for port in index.ports:
-        out = index.out_resources[port.node]
-        if len(out) == 1:
-            uplink[port.node] = out[0]
+    uplink = index.port_uplinks
     up, dst_up = uplink[src], uplink[dst]
     down = np.where(dst_up >= 0, dst_up ^ 1, -1)
     usable = index.res_usable
@@ -216,11 +210,7 @@ def forward_many(
     node = np.where(ok, index.res_dst[np.maximum(path[:, 0], 0)], -1)
     leaf = np.where(ok, index.res_src[np.maximum(down, 0)], -1)
     descending = np.zeros(count, dtype=np.bool_)
-    goes_down = np.fromiter(
-        (routing.is_down(r) for r in range(index.num_resources)),
-        dtype=np.bool_,
-        count=index.num_resources,
-    )
+    goes_down = routing.down_mask
     moving = ok & (node != leaf)
 
     while moving.any():

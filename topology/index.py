@@ -213,6 +213,24 @@ class FabricIndex:
         return tuple(out)
 
     @cached_property
+    def port_addresses(self) -> npt.NDArray[np.uint64]:
+        """IPv4 address (as an integer) of every NIC-port node; 0 for switches."""
+        address = np.zeros(self.num_nodes, dtype=np.uint64)
+        for p in self.ports:
+            address[p.node] = int(p.port.address)
+        return address
+
+    @cached_property
+    def port_uplinks(self) -> IntArray:
+        """Per node, a NIC port's only outgoing resource; -1 for switches and uncabled ports."""
+        uplink = np.full(self.num_nodes, -1, dtype=np.int64)
+        for p in self.ports:
+            out = self.out_resources[p.node]
+            if len(out) == 1:
+                uplink[p.node] = out[0]
+        return uplink
+
+    @cached_property
     def routing(self) -> Routing:
         """Next-hop groups and equal-cost paths over this snapshot's usable links."""
         from topology.routing import Routing

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from topology.errors import PathError, UnreachableError
-from topology.index import FabricIndex, IntArray
+from topology.index import BoolArray, FabricIndex, IntArray
 
 UNREACHABLE = np.iinfo(np.int64).max // 4
 """Distance of a switch that cannot reach the destination (large, and safe to add 1 to)."""
@@ -43,6 +43,7 @@ class DestinationTable:
     down_dist: IntArray
     up_dist: IntArray
     groups: dict[tuple[int, bool], tuple[int, ...]] = field(default_factory=dict)
+    counts: dict[tuple[int, bool], int] = field(default_factory=dict)
 
 
 class Routing:
@@ -66,7 +67,6 @@ class Routing:
         ]
         self._tables: dict[int, DestinationTable] = {}
         self._paths: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
-        self._counts: dict[tuple[int, int], int] = {}
         self._path_sets: dict[tuple[int, int], frozenset[tuple[int, ...]]] = {}
 
     # -- per-destination tables -------------------------------------------------------------
@@ -120,6 +120,11 @@ class Routing:
             table.groups[key] = group
         return group
 
+    @property
+    def down_mask(self) -> BoolArray:
+        """Per resource: usable, between switches, and toward a lower tier."""
+        return self._down
+
     def is_down(self, resource: int) -> bool:
         """True if the resource goes to a lower tier (a packet on it is descending)."""
         return bool(self._down[resource])
@@ -156,24 +161,25 @@ class Routing:
             prefix.pop()
 
     def path_count(self, src_leaf: int, dst_leaf: int) -> int:
-        """How many equal-cost paths join two leaves, counted without enumerating them."""
-        key = (src_leaf, dst_leaf)
-        if key not in self._counts:
-            memo: dict[tuple[int, bool], int] = {}
+        """How many equal-cost paths join two leaves, counted without enumerating them.
 
-            def count(node: int, descending: bool) -> int:
-                if node == dst_leaf:
-                    return 1
-                k = (node, descending)
-                if k not in memo:
-                    memo[k] = sum(
-                        count(int(self.index.res_dst[r]), descending or self.is_down(r))
-                        for r in self.next_hops(node, dst_leaf, descending)
-                    )
-                return memo[k]
+        Counts from every switch toward a destination are memoized in its table, so counting
+        from all sources to one leaf costs one pass over the switches, not one per source.
+        """
+        memo = self.table(dst_leaf).counts
 
-            self._counts[key] = count(src_leaf, False)
-        return self._counts[key]
+        def count(node: int, descending: bool) -> int:
+            if node == dst_leaf:
+                return 1
+            k = (node, descending)
+            if k not in memo:
+                memo[k] = sum(
+                    count(int(self.index.res_dst[r]), descending or self.is_down(r))
+                    for r in self.next_hops(node, dst_leaf, descending)
+                )
+            return memo[k]
+
+        return count(src_leaf, False)
 
     # -- paths between NIC ports ------------------------------------------------------------
 
