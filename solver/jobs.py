@@ -165,7 +165,11 @@ class CommunicatorSpec(Frozen):
                 f"{self.pattern.value!r} (allowed: {allowed})"
             )
         for option, patterns in ONLY_FOR.items():
-            if option in self.model_fields_set and self.pattern not in patterns:
+            # Set to something other than its default: a full dump (defaults written out)
+            # still reads back.
+            default = type(self).model_fields[option].default
+            chosen = option in self.model_fields_set and getattr(self, option) != default
+            if chosen and self.pattern not in patterns:
                 raise ValueError(
                     f"{option!r} applies to pattern {' or '.join(p.value for p in patterns)}, "
                     f"not {self.pattern.value!r}"

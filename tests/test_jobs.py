@@ -409,3 +409,17 @@ def test_too_many_flows_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     fabric = flat_fabric(hosts=4)
     with pytest.raises(JobError, match="would make about"):
         derive_workload(fabric, jobs_of(job(hosts(fabric, 4), pattern="all-to-all")))
+
+
+def test_a_full_dump_reads_back() -> None:
+    """Defaults written out (``trees: 2`` on a ring) are not options chosen for another pattern."""
+    from solver.jobs import CommunicatorSpec
+
+    for spec in (
+        CommunicatorSpec(id="r", pattern="ring", channels=2),
+        CommunicatorSpec(id="t", pattern="tree", trees=1),
+        CommunicatorSpec(id="a", pattern="all-to-all", rail_only=True),
+    ):
+        assert CommunicatorSpec.model_validate(spec.model_dump()) == spec
+    with pytest.raises(ValueError, match="'trees' applies to pattern tree"):
+        CommunicatorSpec(id="r", pattern="ring", trees=1)
