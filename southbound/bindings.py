@@ -127,7 +127,8 @@ class BindingIssue(_Frozen):
 
 
 class BindingSet(_Frozen):
-    """Every binding of one plan epoch, with the QPs that could not be bound as planned."""
+    """The bindings in force at one plan epoch (each stamped with the epoch that set it, at
+    most the set's), with the QPs that could not be bound as planned."""
 
     fabric: Name
     epoch: int = Field(ge=0)
@@ -141,8 +142,9 @@ class BindingSet(_Frozen):
         for i, b in enumerate(self.bindings):
             if b.key in seen:
                 raise ValueError(f"bindings[{i}]: QP {b.id} is bound twice")
-            if b.epoch != self.epoch:
-                raise ValueError(f"bindings[{i}]: epoch {b.epoch} is not the set's {self.epoch}")
+            # A binding carries the epoch that set it: a set in force mixes older ones.
+            if b.epoch > self.epoch:
+                raise ValueError(f"bindings[{i}]: epoch {b.epoch} is after the set's {self.epoch}")
             seen.add(b.key)
         return self
 
