@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit clean
+.PHONY: demo test lint typecheck unit clean stubs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,8 +12,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# First the offline planner (ECMP vs c4p on an embedded fabric), then the live controller.
 demo: $(STAMP)
 	$(BIN)/python -m c4p.demo
+	$(BIN)/python -m c4p.demo_service
+
+# Regenerate the gRPC stubs in c4p/api/v1 from proto/ (tests fail if they drift).
+stubs: $(STAMP)
+	$(BIN)/python -m c4p.api.generate
 
 lint: $(STAMP)
 	$(BIN)/ruff check topology solver southbound c4p tests

@@ -19,8 +19,10 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from c4p import report
+from c4p.discover_cli import fabric_discover
 from c4p.errors import C4pError
 from c4p.files import load_fabric, load_model, save_fabric, save_model, write_json, write_text
+from c4p.serve_cli import serve
 from solver.ecmp import ecmp_paths
 from solver.errors import SolverError
 from solver.evaluate import Evaluation, evaluate
@@ -50,6 +52,8 @@ fabric_app = typer.Typer(help="Generate and inspect fabric files.", no_args_is_h
 jobs_app = typer.Typer(help="Generate job (flow intent) files.", no_args_is_help=True)
 app.add_typer(fabric_app, name="fabric")
 app.add_typer(jobs_app, name="jobs")
+fabric_app.command("discover")(fabric_discover)
+app.command("serve")(serve)
 
 console = Console()
 T = TypeVar("T")
@@ -326,10 +330,25 @@ def bench_cmd(
     only: Annotated[
         str | None, typer.Option(help="Run only scenarios whose name contains this text.")
     ] = None,
+    service: Annotated[
+        bool,
+        typer.Option(
+            help="Instead, measure the controller service over gRPC on loopback: "
+            "SubmitIntents to all bindings received for a 1,024-rank job, bindings per second."
+        ),
+    ] = False,
     json_path: JsonOption = None,
 ) -> None:
     """Run the scenario ladder: ECMP, greedy, c4p and the lower bound side by side."""
     from c4p import bench
+
+    if service:
+        from c4p.service import bench as service_bench
+
+        result = guarded(service_bench.run)
+        for line in result.lines():
+            console.print(line, highlight=False)
+        return
 
     def body() -> None:
         ladder = [s for s in bench.scenarios() if (s.quick or not quick)]

@@ -82,8 +82,9 @@ def main() -> None:
         f"{planned.objective.max_utilization:.2f} against a proven lower bound of "
         f"{planned.bounds.best:.2f}, in {1000 * planned.seconds:.0f} ms): no link carries more "
         f"than it must, and {worst.job} is predicted at {100 * (after.busbw_fraction or 0):.0f}% "
-        "of line rate. Enforcing those paths means giving each QP a UDP source port that the "
-        "switches' hashes send along it; that is the next piece of c4p.",
+        "of line rate. Each path is enforced by giving its QP a UDP source port that the "
+        "switches' hashes send along it (`c4p plan --bindings`); the live controller below "
+        "does that over gRPC.",
         highlight=False,
     )
     console.print()

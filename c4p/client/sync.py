@@ -1,0 +1,335 @@
+"""The blocking flow-intent client: register, submit, watch (reconnect + resume), release; and
+the admin client.
+
+A call waits for the channel to be ready (``wait_for_ready``, on by default) up to its
+timeout, so a controller that is restarting is waited for rather than failed fast. Retries are
+safe because every mutating call is idempotent by design: RegisterJob carries a ``request_id``
+(generated once per call and reused by its retries: a lost answer gives the same token),
+SubmitIntents is idempotent by communicator version, and a watch resumes from the epoch the
+mirror holds. So a call that failed with a retryable status (the controller restarting, a rate
+limit) is retried with exponential backoff and jitter, up to ``attempts`` times; any other
+status raises :class:`~c4p.client.wire.ApiError` at once.
+
+A :class:`BindingWatch` runs the stream on a thread of its own and keeps a
+:class:`~c4p.client.mirror.BindingMirror` current; the plugin's callback runs on that thread.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import grpc
+
+from c4p.api.v1 import admin_pb2 as admin
+from c4p.api.v1 import flow_intent_pb2 as fi
+from c4p.api.v1 import intents_pb2 as pb
+from c4p.client.mirror import BindingMirror, OnChange
+from c4p.client.wire import ADMIN, FLOW, ApiError, ClientTls, auth, secure_channel
+
+R = TypeVar("R")
+
+
+class Backoff:
+    """Exponential backoff with full jitter: ``uniform(0, min(cap, base * 2**n))``."""
+
+    def __init__(self, base: float = 0.1, cap: float = 5.0, seed: int | None = None) -> None:
+        self.base, self.cap = base, cap
+        self.attempt = 0
+        self._random = random.Random(seed)
+
+    def next(self) -> float:
+        delay = self._random.uniform(self.base / 2, min(self.cap, self.base * 2**self.attempt))
+        self.attempt += 1
+        return delay
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+def _unary(channel: grpc.Channel, path: str, response: Any) -> Any:
+    return channel.unary_unary(
+        path,
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=response.FromString,
+    )
+
+
+def retrying(call: Callable[[], R], attempts: int, stop: threading.Event | None = None) -> R:
+    """``call()`` until it succeeds, a non-retryable error, or ``attempts`` tries."""
+    backoff = Backoff()
+    for attempt in range(attempts):
+        try:
+            return call()
+        except grpc.RpcError as exc:
+            error = ApiError.from_rpc(exc)
+            if not error.retryable or attempt == attempts - 1:
+                raise error from None
+        pause = backoff.next()
+        if stop is not None and stop.wait(pause):
+            break
+        if stop is None:
+            time.sleep(pause)
+    raise ApiError(grpc.StatusCode.CANCELLED, "stopped", [])
+
+
+class FlowIntentClient:
+    """A connection to the controller's FlowIntentService."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        tls: ClientTls | None = None,
+        register_token: str | None = None,
+        timeout: float = 30.0,
+        attempts: int = 6,
+        wait_for_ready: bool = True,
+    ) -> None:
+        self.target = target
+        self.channel = secure_channel(target, tls)
+        self.register_token = register_token
+        self.timeout = timeout
+        self.attempts = attempts
+        self.wait_for_ready = wait_for_ready
+        self._register = _unary(self.channel, FLOW + "RegisterJob", fi.RegisterJobResponse)
+        self._submit = _unary(self.channel, FLOW + "SubmitIntents", fi.SubmitIntentsResponse)
+        self._release = _unary(self.channel, FLOW + "ReleaseJob", fi.ReleaseJobResponse)
+        self._watch = self.channel.unary_stream(
+            FLOW + "WatchBindings",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=fi.BindingUpdate.FromString,
+        )
+
+    def register_job(
+        self,
+        job_id: str,
+        *,
+        hosts: Sequence[str] = (),
+        ranks: Sequence[tuple[int, str, str]] = (),
+        tenant: str = "",
+        priority: int = 0,
+        request_id: str | None = None,
+    ) -> JobSession:
+        """Register a job by hosts (every NIC a rank) or by (rank, host, nic) triples."""
+        request = fi.RegisterJobRequest(
+            job_id=job_id,
+            tenant=tenant,
+            priority=priority,
+            hosts=list(hosts),
+            ranks=[pb.RankPlacement(rank=r, host=h, nic=n) for r, h, n in ranks],
+            request_id=request_id or uuid.uuid4().hex,
+        )
+        metadata = auth(self.register_token)
+        reply: fi.RegisterJobResponse = retrying(
+            lambda: self._register(
+                request, timeout=self.timeout, metadata=metadata, wait_for_ready=self.wait_for_ready
+            ),
+            self.attempts,
+        )
+        return JobSession(self, reply.job_id, reply.token, list(reply.ranks))
+
+    def session(self, job_id: str, token: str) -> JobSession:
+        """A session for a job registered elsewhere (another process of the same job)."""
+        return JobSession(self, job_id, token, [])
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class JobSession:
+    """One job's calls, carrying its token."""
+
+    def __init__(
+        self, client: FlowIntentClient, job_id: str, token: str, ranks: list[pb.ResolvedRank]
+    ) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.token = token
+        self.ranks = ranks
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return auth(self.token)
+
+    def submit(
+        self, communicators: Sequence[pb.CommunicatorIntent], withdraw: Sequence[str] = ()
+    ) -> fi.SubmitIntentsResponse:
+        request = fi.SubmitIntentsRequest(
+            job_id=self.job_id, communicators=list(communicators), withdraw=list(withdraw)
+        )
+        c = self.client
+        reply: fi.SubmitIntentsResponse = retrying(
+            lambda: c._submit(
+                request, timeout=c.timeout, metadata=self.metadata, wait_for_ready=c.wait_for_ready
+            ),
+            c.attempts,
+        )
+        return reply
+
+    def release(self) -> int:
+        c = self.client
+        try:
+            reply = c._release(
+                fi.ReleaseJobRequest(job_id=self.job_id), timeout=c.timeout, metadata=self.metadata
+            )
+        except grpc.RpcError as exc:
+            raise ApiError.from_rpc(exc) from None
+        return int(reply.epoch)
+
+    def watch(
+        self, on_change: OnChange | None = None, *, mirror: BindingMirror | None = None
+    ) -> BindingWatch:
+        """Start watching (from ``mirror.epoch`` when a mirror is given, else a full set)."""
+        return BindingWatch(self, mirror or BindingMirror(on_change)).start()
+
+
+class BindingWatch:
+    """A background WatchBindings stream that reconnects and resumes (see the module doc)."""
+
+    def __init__(self, session: JobSession, mirror: BindingMirror) -> None:
+        self.session = session
+        self.mirror = mirror
+        self.reconnects = 0
+        self.error: ApiError | None = None
+        self.done = threading.Event()
+        self._stop = threading.Event()
+        self._call: Any = None
+        self._thread = threading.Thread(target=self._run, name="c4p-watch", daemon=True)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        backoff = Backoff()
+        s = self.session
+        try:
+            while not self._stop.is_set():
+                request = fi.WatchBindingsRequest(job_id=s.job_id, from_epoch=self.mirror.epoch)
+                try:
+                    self._call = s.client._watch(request, metadata=s.metadata)
+                    for message in self._call:
+                        self.mirror.feed(message)
+                        backoff.reset()
+                        if self.mirror.withdrawn:
+                            return
+                except grpc.RpcError as exc:
+                    if self._stop.is_set():
+                        return
+                    error = ApiError.from_rpc(exc)
+                    if not error.retryable:
+                        self.error = error
+                        return
+                self.mirror.discard_parts()
+                self.reconnects += 1
+                if self._stop.wait(backoff.next()):
+                    return
+        finally:
+            self.done.set()
+            self.mirror.wake()
+
+    def wait(self, predicate: Callable[[BindingMirror], bool], timeout: float) -> bool:
+        """Block until ``predicate(mirror)`` holds; ``False`` on timeout or if the watch ended."""
+        self.mirror.wait(lambda m: predicate(m) or self.done.is_set(), timeout)
+        return predicate(self.mirror)
+
+    def wait_revision(self, revision: int, timeout: float) -> bool:
+        """Until the bindings cover the job's intents at ``revision`` (SubmitIntents' answer)."""
+        return self.wait(lambda m: m.intent_revision >= revision, timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        call = self._call
+        if call is not None:
+            call.cancel()
+        self._thread.join(timeout)
+
+
+class AdminClient:
+    """The controller's AdminService, with the admin credential."""
+
+    def __init__(
+        self,
+        target: str,
+        token: str,
+        *,
+        tls: ClientTls | None = None,
+        timeout: float = 120.0,
+        wait_for_ready: bool = True,
+    ) -> None:
+        self.channel = secure_channel(target, tls)
+        self.wait_for_ready = wait_for_ready
+        self.metadata = auth(token)
+        self.timeout = timeout
+        ch = self.channel
+        self._fabric = _unary(ch, ADMIN + "GetFabric", admin.FabricSnapshot)
+        self._jobs = _unary(ch, ADMIN + "ListJobs", admin.ListJobsResponse)
+        self._plan = _unary(ch, ADMIN + "GetPlan", admin.PlanSummary)
+        self._drain = _unary(ch, ADMIN + "DrainLink", admin.LinkChangeResponse)
+        self._restore = _unary(ch, ADMIN + "RestoreLink", admin.LinkChangeResponse)
+        self._replan = _unary(ch, ADMIN + "Replan", admin.ReplanResponse)
+        self._log = _unary(ch, ADMIN + "GetDecisionLog", admin.GetDecisionLogResponse)
+
+    def _call(self, stub: Any, request: Any) -> Any:
+        try:
+            return stub(
+                request,
+                timeout=self.timeout,
+                metadata=self.metadata,
+                wait_for_ready=self.wait_for_ready,
+            )
+        except grpc.RpcError as exc:
+            raise ApiError.from_rpc(exc) from None
+
+    def fabric(self, only_changed: bool = False) -> admin.FabricSnapshot:
+        reply: admin.FabricSnapshot = self._call(
+            self._fabric, admin.GetFabricRequest(only_changed=only_changed)
+        )
+        return reply
+
+    def jobs(self, job_id: str = "") -> admin.ListJobsResponse:
+        reply: admin.ListJobsResponse = self._call(self._jobs, admin.ListJobsRequest(job_id=job_id))
+        return reply
+
+    def plan(self) -> admin.PlanSummary:
+        reply: admin.PlanSummary = self._call(self._plan, admin.GetPlanRequest())
+        return reply
+
+    def drain(self, link: str, reason: str = "", wait: bool = True) -> admin.LinkChangeResponse:
+        request = admin.DrainLinkRequest(link=link, reason=reason, wait=wait)
+        reply: admin.LinkChangeResponse = self._call(self._drain, request)
+        return reply
+
+    def restore(self, link: str, wait: bool = True) -> admin.LinkChangeResponse:
+        request = admin.RestoreLinkRequest(link=link, wait=wait)
+        reply: admin.LinkChangeResponse = self._call(self._restore, request)
+        return reply
+
+    def replan(self, reason: str = "", wait: bool = True) -> admin.ReplanResponse:
+        request = admin.ReplanRequest(reason=reason, wait=wait)
+        reply: admin.ReplanResponse = self._call(self._replan, request)
+        return reply
+
+    def decisions(self, limit: int = 50, before: int = 0) -> list[pb.Decision]:
+        request = admin.GetDecisionLogRequest(limit=limit, before_sequence=before)
+        return list(self._call(self._log, request).decisions)
+
+    def close(self) -> None:
+        self.channel.close()

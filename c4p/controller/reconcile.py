@@ -1,0 +1,371 @@
+"""One reconcile step: read the state, plan incrementally, derive bindings, diff per job, commit.
+
+Why a step that *returns* its outcome (faucet's shape): the step decides; the shell around it
+(:mod:`c4p.controller.loop`) wakes streams, updates metrics and logs. So the step is tested
+without gRPC or timers, with ``now`` passed in, and the same code runs in the service.
+
+The step, in order:
+
+1. :meth:`ControllerState.plan_inputs`: jobs with their intent revisions, effective link states
+   (operator drains, observed faults, held flapping links), the bindings in force. If nothing
+   changed since the last epoch (same fingerprint) and no key forces a plan, stop: this is what
+   makes a restart zero-churn, and a burst of identical intents cost nothing.
+2. ``solver.plan`` on the snapshot, with the previous plan (moves as few flows as possible).
+3. ``southbound.bindings_for_paths`` with the bindings in force as ``previous`` (a QP whose path
+   did not change keeps its port).
+4. Per job: added or changed bindings (pushed) and removed ones (tombstoned). A change of path
+   under the same port (an ECMP group shrank, so the port now hashes elsewhere) is pushed too,
+   so clients' telemetry stays true, but the client calls its plugin back only when the port or
+   label differs. A QP left unbound keeps its binding in force: **fail-static** — the data
+   plane keeps forwarding it somewhere rather than nowhere.
+5. Predicted bus bandwidth per job on the paths the bindings realize (``solver.evaluate``).
+6. :meth:`ControllerState.commit`: store first, then memory; a new epoch and a decision.
+
+Any exception in 2-5 is a *failed* decision: logged, nothing changes, the loop retries later.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from c4p.controller.state import ControllerState, PlanInputs, StepDraft
+from c4p.controller.triggers import Key, KeyKind, describe
+from c4p.store.base import (
+    DecisionRecord,
+    DecisionResult,
+    HeldBinding,
+    JobPredictionRecord,
+    Store,
+    StoreError,
+)
+from solver.evaluate import evaluate
+from solver.flows import Connection, Workload
+from solver.jobs import JobsFile
+from solver.patterns import derive_workload
+from solver.planner import STRATEGIES, plan
+from solver.plans import PlanFile, PlannedFlow
+from solver.result import Plan
+from southbound.bindings import (
+    Binding,
+    BindingIssue,
+    BindingSet,
+    SynthesisMode,
+    bindings_for_paths,
+)
+from southbound.ports import PortSource, PredictedPorts
+from southbound.routes import QpKey, routes_from_flows
+from topology.errors import TopologyError
+from topology.model import Fabric, LinkStatus
+
+log = logging.getLogger("c4p.controller")
+
+PortSourceFactory = Callable[[Fabric], PortSource]
+"""Where ports come from on a snapshot: the hash model now; learned probe tables plug in here."""
+
+
+class PlannerSettings(BaseModel):
+    """How the controller calls the planner."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    budget_s: float = Field(default=2.0, ge=0, le=600, description="Search time per plan.")
+    seed: int = Field(default=0, ge=0, description="Seed of the solver (plans are repeatable).")
+    strategy: str = Field(default="auto", description=f"One of {', '.join(STRATEGIES[:-1])}.")
+    predict: bool = Field(default=True, description="Predict each job's bus bandwidth.")
+
+    def model_post_init(self, _: object) -> None:
+        if self.strategy not in STRATEGIES or self.strategy == "ecmp":
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES[:-1])}")
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What a step did: the decision as logged and the jobs whose streams have news."""
+
+    decision: DecisionRecord
+    changed_jobs: frozenset[str]
+    failed: bool = False
+
+
+def previous_plan(fabric: Fabric, held: dict[str, dict[QpKey, HeldBinding]]) -> Plan | None:
+    """The plan in force, rebuilt from the bindings in force (after a restart)."""
+    flows = [
+        PlannedFlow(
+            job=b.job,
+            communicator=b.communicator,
+            connection=b.connection,
+            qp=b.qp,
+            src=b.src,
+            dst=b.dst,
+            rate=b.rate,
+            path=b.path,
+        )
+        for job in sorted(held)
+        for b in (h.binding for h in held[job].values())
+    ]
+    if not flows:
+        return None
+    return Plan.from_plan_file(
+        PlanFile(fabric=fabric.name, strategy="restored", flows=flows), fabric
+    )
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else 1e9
+
+
+class Reconciler:
+    """Runs steps against one state and store (see the module docstring)."""
+
+    def __init__(
+        self,
+        state: ControllerState,
+        store: Store,
+        settings: PlannerSettings,
+        ports: PortSourceFactory | None = None,
+    ) -> None:
+        self.state = state
+        self.store = store
+        self.settings = settings
+        self._ports_for = ports or PredictedPorts
+        self._snapshot_key: tuple[tuple[int, LinkStatus], ...] | None = None
+        self._snapshot = state.fabric
+        self._ports: PortSource | None = None
+        with state.lock:
+            held = {job: dict(b) for job, b in state.held.items()}
+        self._previous = previous_plan(state.fabric, held)
+
+    def snapshot(self, status: dict[int, LinkStatus]) -> tuple[Fabric, PortSource]:
+        """The fabric with ``status`` applied (others as in the file), and its port source;
+        both cached while the statuses stay the same."""
+        base = self.state.fabric
+        changes = {i: LinkStatus.UP for i, link in enumerate(base.links) if not link.usable}
+        changes.update(status)
+        changes = {i: s for i, s in changes.items() if base.links[i].status is not s}
+        key = tuple(sorted(changes.items()))
+        if key != self._snapshot_key or self._ports is None:
+            self._snapshot = base.with_link_status(changes) if changes else base
+            self._ports = self._ports_for(self._snapshot)
+            self._snapshot_key = key
+        return self._snapshot, self._ports
+
+    def step(self, now: float, keys: Sequence[Key]) -> StepOutcome | None:
+        """One reconcile step at wall time ``now``; ``None`` when nothing needed doing."""
+        inputs = self.state.plan_inputs(now)
+        force = any(k.force for k in keys)
+        if inputs.fingerprint == inputs.last_fingerprint and not force:
+            self.state.covered(inputs.revision)
+            return None
+        epoch = inputs.epoch + 1
+        base = DecisionRecord(
+            sequence=1,
+            epoch=epoch,
+            at=now,
+            reason=describe(keys) or "reconcile",
+            triggers=tuple(str(k) for k in keys),
+            result=DecisionResult.PLANNED,
+            covers_revision=inputs.revision,
+            fingerprint=inputs.fingerprint,
+            job_revisions={j.job_id: j.revision for j in inputs.jobs},
+            jobs_on_links=tuple(self._jobs_on_links(keys)),
+        )
+        try:
+            draft, result = self._draft(inputs, base, epoch)
+            decision, changed = self.state.commit(self.store, draft)
+        except Exception as exc:  # fail-static: log it, keep everything as it is
+            log.exception("plan failed", extra={"event": "plan-failed", "epoch": inputs.epoch})
+            failed = base.model_copy(
+                update={
+                    "epoch": inputs.epoch,
+                    "result": DecisionResult.FAILED,
+                    "error": f"{type(exc).__name__}: {exc}"[:2000],
+                    "fingerprint": inputs.last_fingerprint,
+                    "job_revisions": {},  # nothing was planned
+                }
+            )
+            try:
+                failed = self.state.fail(self.store, failed, inputs)
+            except StoreError:
+                log.exception("cannot log the failed decision")
+            return StepOutcome(failed, frozenset(j.job_id for j in inputs.jobs), failed=True)
+        if result is not None:
+            self._previous = result
+        return StepOutcome(decision, changed)
+
+    def _jobs_on_links(self, keys: Sequence[Key]) -> list[str]:
+        links = []
+        for key in keys:
+            if key.kind in (KeyKind.LINK, KeyKind.DRAIN):
+                try:
+                    links.append(self.state.fabric.index.link_number(key.name))
+                except TopologyError:
+                    continue
+        return self.state.jobs_on_links(links) if links else []
+
+    def _draft(
+        self, inputs: PlanInputs, base: DecisionRecord, epoch: int
+    ) -> tuple[StepDraft, Plan | None]:
+        snapshot, ports = self.snapshot(inputs.link_status)
+        specs = tuple(j.spec for j in inputs.jobs if j.spec is not None)
+        started = time.perf_counter()
+        workload: Workload | None = None
+        result: Plan | None = None
+        bound: tuple[Binding, ...] = ()
+        fallbacks = unbound = 0
+        issues_by_job: dict[str, list[BindingIssue]] = {}
+        if specs:
+            workload = derive_workload(snapshot, JobsFile(jobs=specs))
+            s = self.settings
+            result = plan(
+                snapshot,
+                workload,
+                self._previous,
+                budget=s.budget_s,
+                seed=s.seed,
+                strategy=s.strategy,
+            )
+            previous = BindingSet(
+                fabric=snapshot.name,
+                epoch=inputs.epoch,
+                mode=SynthesisMode(ports.mode),
+                bindings=tuple(h.binding for held in inputs.held.values() for h in held.values()),
+            )  # bindings keep the epoch that set each of them, so the set mixes epochs
+            bset = bindings_for_paths(
+                snapshot,
+                routes_from_flows(result.flows, result.paths),
+                epoch,
+                previous=previous,
+                source=ports,
+            )
+            bound, fallbacks, unbound = bset.bindings, len(bset.fallbacks), len(bset.unbound)
+            for issue in bset.issues:
+                issues_by_job.setdefault(issue.job, []).append(issue)
+        draft = self._diff(inputs, workload, bound, epoch)
+        predictions: dict[str, JobPredictionRecord] = {}
+        hottest: tuple[str, ...] = ()
+        if workload is not None and self.settings.predict:
+            predictions, hottest = self._predict(snapshot, workload, inputs, draft)
+        decision = base
+        if result is not None:
+            decision = base.model_copy(
+                update={
+                    "strategy": result.strategy,
+                    "status": result.status,
+                    "flows": len(result.flows),
+                    "moved": len(result.moved),
+                    "max_utilization": result.objective.max_utilization,
+                    "links_at_max": result.objective.links_at_max,
+                    "bound": result.bounds.best,
+                    "combinatorial_bound": result.bounds.combinatorial,
+                    "lp_bound": result.bounds.lp,
+                    "solver_bound": result.bounds.solver,
+                    "gap": _finite(result.gap),
+                    "unreachable": len(result.unreachable),
+                }
+            )
+        decision = decision.model_copy(
+            update={
+                "solve_seconds": time.perf_counter() - started,
+                "fallbacks": fallbacks,
+                "unbound": unbound,
+                "predictions": tuple(predictions[j] for j in sorted(predictions)),
+                "hottest": hottest,
+            }
+        )
+        issues = {job: tuple(found) for job, found in issues_by_job.items()}
+        return (
+            StepDraft(
+                inputs=inputs,
+                decision=decision,
+                upserts=draft.upserts,
+                removals=draft.removals,
+                issues=issues,
+                predictions=predictions,
+            ),
+            result,
+        )
+
+    def _diff(
+        self,
+        inputs: PlanInputs,
+        workload: Workload | None,
+        bound: Sequence[Binding],
+        epoch: int,
+    ) -> _Diff:
+        """Per job: what to push and what to withdraw."""
+        conns: dict[tuple[str, str, int], Connection] = {}
+        wanted: dict[str, set[QpKey]] = {}
+        if workload is not None:
+            conns = {(c.job, c.communicator, c.index): c for c in workload.connections}
+            for f in workload.flows:
+                wanted.setdefault(f.job, set()).add((f.job, f.communicator, f.connection, f.qp))
+        diff = _Diff({}, {}, {})
+        for b in bound:
+            held = inputs.held.get(b.job, {})
+            c = conns[(b.job, b.communicator, b.connection)]
+            old = held.get(b.key)
+            fresh = HeldBinding(
+                binding=b, src_rank=c.src_rank, dst_rank=c.dst_rank, channel=c.channel
+            )
+            diff.bound[b.key] = fresh
+            if old is None or not _unchanged(old, fresh):
+                diff.upserts.setdefault(b.job, []).append(fresh)
+        for job in inputs.jobs:
+            keep = wanted.get(job.job_id, set())
+            gone = [k for k in inputs.held.get(job.job_id, {}) if k not in keep]
+            if gone:
+                diff.removals[job.job_id] = sorted(gone)
+        return diff
+
+    def _predict(
+        self, snapshot: Fabric, workload: Workload, inputs: PlanInputs, diff: _Diff
+    ) -> tuple[dict[str, JobPredictionRecord], tuple[str, ...]]:
+        """Max-min fair rates on the paths the bindings realize (unbound QPs: their binding
+        in force if any, else no path); and the hottest links, for the decision log."""
+        index = snapshot.index
+        paths: list[tuple[int, ...]] = []
+        for f in workload.flows:
+            key = (f.job, f.communicator, f.connection, f.qp)
+            held = diff.bound.get(key) or inputs.held.get(f.job, {}).get(key)
+            try:
+                paths.append(index.path_resources(held.binding.path) if held else ())
+            except TopologyError:
+                paths.append(())
+        evaluation = evaluate(snapshot, workload, paths, top=5)
+        hottest = tuple(f"{h.name}: {h.utilization:.2f}" for h in evaluation.hottest)
+        predictions = {
+            j.job: JobPredictionRecord(
+                job_id=j.job,
+                busbw_gbps=j.busbw_gbps or 0.0,
+                line_rate_gbps=j.line_rate_gbps or 0.0,
+                busbw_fraction=j.busbw_fraction or 0.0,
+                slowest_communicator=j.slowest_communicator or "",
+            )
+            for j in evaluation.jobs
+            if j.busbw_fraction is not None
+        }
+        return predictions, hottest
+
+
+def _unchanged(old: HeldBinding, new: HeldBinding) -> bool:
+    """Everything a client sees is the same (the epoch aside)."""
+    a, b = old.binding, new.binding
+    return (
+        a.applies_same(b)
+        and a.path == b.path
+        and a.rate == b.rate
+        and (old.src_rank, old.dst_rank, old.channel) == (new.src_rank, new.dst_rank, new.channel)
+    )
+
+
+@dataclass
+class _Diff:
+    upserts: dict[str, list[HeldBinding]]
+    removals: dict[str, list[QpKey]]
+    bound: dict[QpKey, HeldBinding]

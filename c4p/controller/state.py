@@ -1,0 +1,451 @@
+"""The controller's live state: jobs and intents, the bindings in force, link overrides and
+counters, behind one lock, written through to the store.
+
+Why one object behind one (reentrant) lock: every change a client or an operator makes is
+"write the store, then change memory" and must not interleave with another change or with the
+commit of a reconcile step; the reconcile step itself plans *outside* the lock on a copy of the
+inputs (:meth:`ControllerState.plan_inputs`), which can take seconds, and commits under it. A
+commit drops the changes of a job that was released or re-registered meanwhile, and commits the
+plan of a job whose intents changed meanwhile for the revision it read (so a job that submits
+without pause still makes progress); either way the key that change enqueued brings the next
+step (level-triggered: nothing is lost, only deferred).
+
+Each job goes through the ONOS-style :class:`IntentState` machine; each binding carries the
+epoch that set it and each withdrawn binding leaves a tombstone, so :meth:`update_since`
+answers "what changed for this job since epoch e" for any e after the compaction horizon. A
+reverse index (link -> jobs with QPs across it) answers "whom does this link touch".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from c4p.controller.triggers import FlapSettings, LinkTracker
+from c4p.store.base import (
+    CommunicatorRecord,
+    DecisionRecord,
+    EpochCommit,
+    HeldBinding,
+    JobPredictionRecord,
+    JobRecord,
+    LinkOverride,
+    Store,
+    StoredState,
+)
+from solver.jobs import CommunicatorSpec, JobsFile, JobSpec, RankNic, find_job_problems, job_ranks
+from southbound.bindings import BindingIssue
+from southbound.routes import QpKey
+from topology.model import Fabric, LinkStatus
+
+PLACEMENT_ONLY = (CommunicatorSpec(id="placement-check"),)
+"""A stand-in communicator: ``JobSpec`` needs one, placement checks do not look at it."""
+
+
+class IntentState(StrEnum):
+    """Where a job's intents stand (ONOS: INSTALL_REQ -> INSTALLED / FAILED -> WITHDRAWN)."""
+
+    REGISTERED = "registered"
+    INSTALL_REQ = "install-req"
+    INSTALLED = "installed"
+    DEGRADED = "degraded"
+    FAILED = "failed"
+    WITHDRAWN = "withdrawn"
+
+
+def placement_spec(record: JobRecord) -> JobSpec:
+    return JobSpec(
+        id=record.job_id,
+        priority=record.priority,
+        hosts=record.hosts,
+        ranks=record.ranks,
+        communicators=PLACEMENT_ONLY,
+    )
+
+
+def placement_problems(fabric: Fabric, record: JobRecord) -> list[tuple[str, str]]:
+    """Placement problems with API field paths (``hosts[3]``, ``ranks[0].nic``)."""
+    found = find_job_problems(fabric, JobsFile(jobs=(placement_spec(record),)))
+    return [(path.removeprefix("jobs[0]").lstrip("."), reason) for path, reason in found]
+
+
+@dataclass
+class JobEntry:
+    """One registered job as the controller holds it."""
+
+    record: JobRecord
+    ranks: tuple[RankNic, ...]
+    communicators: dict[str, CommunicatorRecord] = field(default_factory=dict)
+    planned_revision: int = 0
+    failed: bool = False
+    issues: tuple[BindingIssue, ...] = ()
+    prediction: JobPredictionRecord | None = None
+    event_epoch: int = 0
+    """The last epoch that changed anything this job's streams show."""
+    reason: str = ""
+
+    @property
+    def state(self) -> IntentState:
+        if self.failed:
+            return IntentState.FAILED
+        if not self.communicators:
+            return IntentState.REGISTERED
+        if self.planned_revision < self.record.revision:
+            return IntentState.INSTALL_REQ
+        return IntentState.DEGRADED if self.issues else IntentState.INSTALLED
+
+    @property
+    def flows(self) -> int:
+        return sum(c.flows for c in self.communicators.values())
+
+    def spec(self) -> JobSpec | None:
+        """The job with its communicators (by id), or ``None`` while it has none."""
+        if not self.communicators:
+            return None
+        return JobSpec(
+            id=self.record.job_id,
+            priority=self.record.priority,
+            hosts=self.record.hosts,
+            ranks=self.record.ranks,
+            communicators=tuple(self.communicators[c].spec for c in sorted(self.communicators)),
+        )
+
+
+@dataclass(frozen=True)
+class JobInput:
+    job_id: str
+    incarnation: int
+    revision: int
+    spec: JobSpec | None
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """A consistent copy of what a reconcile step plans from."""
+
+    epoch: int
+    fingerprint: str
+    last_fingerprint: str
+    revision: int
+    link_status: dict[int, LinkStatus]
+    jobs: tuple[JobInput, ...]
+    held: dict[str, dict[QpKey, HeldBinding]]
+
+
+@dataclass(frozen=True)
+class JobUpdate:
+    """What a stream sends: a full set or the differences since an epoch."""
+
+    job_id: str
+    epoch: int
+    full: bool
+    bindings: tuple[HeldBinding, ...]
+    removed: tuple[QpKey, ...]
+    intent_revision: int
+    state: IntentState
+    issues: tuple[BindingIssue, ...]
+    reason: str
+
+    @property
+    def empty(self) -> bool:
+        return not (self.full or self.bindings or self.removed)
+
+
+@dataclass(frozen=True)
+class StepDraft:
+    """A planned step before its commit: per job, what to write (see :meth:`commit`)."""
+
+    inputs: PlanInputs
+    decision: DecisionRecord
+    upserts: dict[str, list[HeldBinding]]
+    removals: dict[str, list[QpKey]]
+    issues: dict[str, tuple[BindingIssue, ...]]
+    predictions: dict[str, JobPredictionRecord]
+
+
+class ControllerState:
+    """See the module docstring. ``lock`` guards every attribute."""
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        stored: StoredState,
+        flap: FlapSettings,
+        now: float,
+        tombstone_horizon: int = 1000,
+    ) -> None:
+        self.lock = threading.RLock()
+        self.fabric = fabric
+        self.tracker = LinkTracker(flap)
+        for i, link in enumerate(fabric.links):
+            if link.status is not LinkStatus.UP:
+                self.tracker.seed(i, link.status, now)
+        self.tombstone_horizon = tombstone_horizon
+        self.epoch = stored.epoch
+        self.fingerprint = stored.fingerprint
+        self.compacted_epoch = stored.compacted_epoch
+        self.incarnation = stored.incarnation
+        self.decision_sequence = stored.decision_sequence
+        self.last_decision = stored.last_decision
+        self.revision = 0
+        self.covered_revision = 0
+        self.overrides = dict(stored.overrides)
+        self.held = {job: dict(b) for job, b in stored.bindings.items()}
+        self.tombstones = {job: dict(t) for job, t in stored.tombstones.items()}
+        self.link_jobs: dict[int, Counter[str]] = {}
+        self.jobs: dict[str, JobEntry] = {}
+        planned = stored.last_planned.job_revisions if stored.last_planned else {}
+        for job_id, record in stored.jobs.items():
+            entry = JobEntry(record, job_ranks(fabric, placement_spec(record)))
+            entry.communicators = dict(stored.intents.get(job_id, {}))
+            entry.planned_revision = min(planned.get(job_id, 0), record.revision)
+            self.jobs[job_id] = entry
+        for job_id, held in self.held.items():
+            for h in held.values():
+                self._index(job_id, h, +1)
+
+    # -- the reverse index ---------------------------------------------------------------------
+
+    def _links_of(self, held: HeldBinding) -> list[int]:
+        index = self.fabric.index
+        nodes = [index.node_of.get(n, -1) for n in held.binding.path]
+        out = []
+        for u, v in zip(nodes, nodes[1:], strict=False):
+            res = index.resource_between.get((u, v))
+            if res is not None:
+                out.append(res // 2)
+        return out
+
+    def _index(self, job_id: str, held: HeldBinding, sign: int) -> None:
+        for link in self._links_of(held):
+            counter = self.link_jobs.setdefault(link, Counter())
+            counter[job_id] += sign
+            if counter[job_id] <= 0:
+                del counter[job_id]
+
+    def jobs_on_links(self, links: list[int]) -> list[str]:
+        with self.lock:
+            found: set[str] = set()
+            for link in links:
+                found.update(self.link_jobs.get(link, {}))
+            return sorted(found)
+
+    # -- mutations (the intake calls these; each writes the store first) -----------------------
+
+    def bump(self) -> int:
+        with self.lock:
+            self.revision += 1
+            return self.revision
+
+    def register(self, store: Store, record: JobRecord, ranks: tuple[RankNic, ...]) -> int:
+        with self.lock:
+            store.register_job(record, record.incarnation)
+            self.incarnation = max(self.incarnation, record.incarnation)
+            self.jobs[record.job_id] = JobEntry(record, ranks, event_epoch=self.epoch)
+            return self.bump()
+
+    def put_intents(
+        self,
+        store: Store,
+        record: JobRecord,
+        upserts: list[CommunicatorRecord],
+        withdrawn: list[str],
+    ) -> int:
+        with self.lock:
+            store.put_intents(record, upserts, withdrawn)
+            entry = self.jobs[record.job_id]
+            entry.record = record
+            for comm in upserts:
+                entry.communicators[comm.spec.id] = comm
+            for comm_id in withdrawn:
+                entry.communicators.pop(comm_id, None)
+            return self.bump()
+
+    def release(self, store: Store, job_id: str) -> int:
+        with self.lock:
+            store.release_job(job_id)
+            self.jobs.pop(job_id, None)
+            for h in self.held.pop(job_id, {}).values():
+                self._index(job_id, h, -1)
+            self.tombstones.pop(job_id, None)
+            return self.bump()
+
+    def set_override(self, store: Store, override: LinkOverride | None, link_id: str) -> int:
+        with self.lock:
+            if override is None:
+                store.clear_link_override(link_id)
+                self.overrides.pop(link_id, None)
+            else:
+                store.set_link_override(override)
+                self.overrides[link_id] = override
+            return self.bump()
+
+    def observe_link(self, link: int, status: LinkStatus, now: float) -> bool:
+        with self.lock:
+            changed = self.tracker.observe(link, status, now)
+            if changed:
+                self.bump()
+            return changed
+
+    # -- planning -----------------------------------------------------------------------------
+
+    def effective_links(self, now: float) -> dict[int, LinkStatus]:
+        with self.lock:
+            status = self.tracker.effective(now)
+            index = self.fabric.index
+            for link_id in self.overrides:
+                status[index.link_number(link_id)] = LinkStatus.DRAINED
+            return status
+
+    def plan_inputs(self, now: float) -> PlanInputs:
+        with self.lock:
+            links = self.effective_links(now)
+            jobs = tuple(
+                JobInput(j, e.record.incarnation, e.record.revision, e.spec())
+                for j, e in sorted(self.jobs.items())
+            )
+            key = {
+                "links": sorted((i, s.value) for i, s in links.items()),
+                "jobs": [(j.job_id, j.incarnation, j.revision) for j in jobs],
+            }
+            digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()
+            return PlanInputs(
+                epoch=self.epoch,
+                fingerprint=digest,
+                last_fingerprint=self.fingerprint,
+                revision=self.revision,
+                link_status=links,
+                jobs=jobs,
+                held={job: dict(b) for job, b in self.held.items()},
+            )
+
+    def _current(self, job: JobInput) -> JobEntry | None:
+        entry = self.jobs.get(job.job_id)
+        if entry is None or entry.record.incarnation != job.incarnation:
+            return None
+        return entry
+
+    def commit(self, store: Store, draft: StepDraft) -> tuple[DecisionRecord, frozenset[str]]:
+        """Write a planned step (store first), then apply it; returns the decision as logged
+        and the jobs whose streams have something new."""
+        with self.lock:
+            inputs, epoch = draft.inputs, draft.decision.epoch
+            live = {j.job_id: j for j in inputs.jobs if self._current(j) is not None}
+            upserts = [h for job in live for h in draft.upserts.get(job, ())]
+            removals = [k for job in live for k in draft.removals.get(job, ())]
+            changed = {
+                job
+                for job, j in live.items()
+                if draft.upserts.get(job)
+                or draft.removals.get(job)
+                or self.jobs[job].planned_revision != j.revision
+                or self.jobs[job].issues != draft.issues.get(job, ())
+                or self.jobs[job].failed
+            }
+            compacted = max(self.compacted_epoch, epoch - self.tombstone_horizon)
+            decision = draft.decision.model_copy(
+                update={
+                    "sequence": self.decision_sequence + 1,
+                    "jobs_changed": tuple(sorted(changed)),
+                    "bindings_added": sum(
+                        1 for h in upserts if h.key not in inputs.held.get(h.key[0], {})
+                    ),
+                    "bindings_removed": len(removals),
+                }
+            )
+            decision = decision.model_copy(
+                update={"bindings_changed": len(upserts) - decision.bindings_added}
+            )
+            store.commit_epoch(EpochCommit(decision, tuple(upserts), tuple(removals), compacted))
+            for h in upserts:
+                held = self.held.setdefault(h.key[0], {})
+                if h.key in held:
+                    self._index(h.key[0], held[h.key], -1)
+                held[h.key] = h
+                self._index(h.key[0], h, +1)
+                self.tombstones.get(h.key[0], {}).pop(h.key, None)
+            for key in removals:
+                gone = self.held.get(key[0], {}).pop(key, None)
+                if gone is not None:
+                    self._index(key[0], gone, -1)
+                self.tombstones.setdefault(key[0], {})[key] = epoch
+            for stones in self.tombstones.values():
+                for key in [k for k, e in stones.items() if e <= compacted]:
+                    del stones[key]
+            for job, j in live.items():
+                entry = self.jobs[job]
+                entry.planned_revision = j.revision
+                entry.failed = False
+                entry.issues = draft.issues.get(job, ())
+                entry.prediction = draft.predictions.get(job)
+                if job in changed:
+                    entry.event_epoch = epoch
+                    entry.reason = decision.reason
+            self.epoch = epoch
+            self.fingerprint = inputs.fingerprint
+            self.compacted_epoch = compacted
+            self._logged(decision, inputs.revision)
+            return decision, frozenset(changed)
+
+    def fail(self, store: Store, decision: DecisionRecord, inputs: PlanInputs) -> DecisionRecord:
+        """Log a failed step; every job keeps its bindings and is marked FAILED."""
+        with self.lock:
+            decision = decision.model_copy(update={"sequence": self.decision_sequence + 1})
+            store.log_decision(decision)
+            for job in inputs.jobs:
+                entry = self._current(job)
+                if entry is not None and entry.communicators:
+                    entry.failed = True
+            self._logged(decision, inputs.revision)
+            return decision
+
+    def _logged(self, decision: DecisionRecord, revision: int) -> None:
+        self.decision_sequence = decision.sequence
+        self.last_decision = decision
+        self.covered_revision = max(self.covered_revision, revision)
+
+    def covered(self, revision: int) -> None:
+        """A step found nothing to do for inputs up to ``revision``."""
+        with self.lock:
+            self.covered_revision = max(self.covered_revision, revision)
+
+    # -- reads for streams ----------------------------------------------------------------------
+
+    def update_since(self, job_id: str, incarnation: int, seen: int) -> JobUpdate | None:
+        """The job's full set (``seen`` 0, too old or from the future) or its differences
+        since epoch ``seen``; ``None`` once the job is gone."""
+        with self.lock:
+            entry = self.jobs.get(job_id)
+            if entry is None or entry.record.incarnation != incarnation:
+                return None
+            held = self.held.get(job_id, {})
+            full = (
+                seen == 0
+                or seen < entry.record.registered_epoch
+                or seen < self.compacted_epoch
+                or seen > self.epoch
+            )
+            if full:
+                bindings = sorted(held.values(), key=lambda h: h.key)
+                removed: list[QpKey] = []
+            else:
+                bindings = sorted(
+                    (h for h in held.values() if h.binding.epoch > seen), key=lambda h: h.key
+                )
+                stones = self.tombstones.get(job_id, {})
+                removed = sorted(k for k, e in stones.items() if e > seen and k not in held)
+            return JobUpdate(
+                job_id=job_id,
+                epoch=self.epoch,
+                full=full,
+                bindings=tuple(bindings),
+                removed=tuple(removed),
+                intent_revision=entry.planned_revision,
+                state=entry.state,
+                issues=entry.issues,
+                reason=entry.reason,
+            )

@@ -1,0 +1,261 @@
+"""``c4p serve``: the controller service's configuration and its entry point, :func:`run`.
+
+Why validate everything before starting: a controller that starts, binds a port and then fails
+on a missing certificate or an unset admin token leaves a half-working service that load
+balancers may already route to. :func:`load_config` reads the YAML/JSON file into frozen models
+that refuse unknown keys, resolves relative paths against the config file's directory, checks
+that every file exists and every secret resolves, and raises one
+:class:`~topology.errors.FabricFileError` naming the file, each field and the reason.
+
+Security rules enforced here: plaintext gRPC only on a loopback address (development); ``tls``
+needs a certificate and key; ``mtls`` also a client CA; the admin credential comes from an
+environment variable or a file (a literal ``admin_token`` is accepted for tests and demos).
+
+The fabric comes from a file for now (``fabric.source: file``); discovery over gNMI/SNMP will
+be another source feeding the same seam (:meth:`c4p.controller.loop.ControllerLoop.observe_link`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from c4p.controller.intake import IntakeLimits
+from c4p.controller.loop import LoopSettings
+from c4p.controller.reconcile import PlannerSettings
+from c4p.controller.triggers import FlapSettings
+from c4p.files import load_model
+from c4p.service.access import RateSettings
+from c4p.store.sqlite import Synchronous
+from topology.errors import FabricFileError
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` -> (host, port); ``ValueError`` naming the problem."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{address!r} is not 'host:port' with a port 0..65535")
+    return host.strip("[]"), int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class FabricConfig(Strict):
+    source: Literal["file"] = Field(default="file", description="Where the fabric comes from.")
+    path: Path = Field(description="Fabric file (YAML/JSON), relative to this config file.")
+
+
+class ListenConfig(Strict):
+    address: str = Field(default="127.0.0.1:50051", description="host:port (port 0: any free).")
+    max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    grace_s: float = Field(default=5.0, ge=0, description="Shutdown: time given to calls.")
+
+    @model_validator(mode="after")
+    def _address(self) -> Self:
+        split_address(self.address)
+        return self
+
+
+class TlsConfig(Strict):
+    mode: Literal["plaintext", "tls", "mtls"] = "plaintext"
+    cert_file: Path | None = Field(default=None, description="Server certificate (PEM).")
+    key_file: Path | None = Field(default=None, description="Server private key (PEM).")
+    client_ca_file: Path | None = Field(default=None, description="CA of client certs (mtls).")
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if self.mode != "plaintext" and (self.cert_file is None or self.key_file is None):
+            raise ValueError(f"mode {self.mode!r} needs cert_file and key_file")
+        if self.mode == "mtls" and self.client_ca_file is None:
+            raise ValueError("mode 'mtls' needs client_ca_file")
+        return self
+
+
+class Secret(Strict):
+    """A credential from exactly one of: an environment variable, a file, a literal."""
+
+    env: str | None = None
+    file: Path | None = None
+    value: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Self:
+        if sum(x is not None for x in (self.env, self.file, self.value)) != 1:
+            raise ValueError("give exactly one of env, file, value")
+        return self
+
+    def resolve(self) -> str:
+        if self.env is not None:
+            text = os.environ.get(self.env, "")
+            if not text:
+                raise ValueError(f"environment variable {self.env!r} is not set")
+        elif self.file is not None:
+            text = self.file.read_text(encoding="utf-8").strip()
+        else:
+            assert self.value is not None
+            text = self.value.get_secret_value()
+        if len(text) < 16:
+            raise ValueError("a credential must be at least 16 characters")
+        return text
+
+
+class AuthConfig(Strict):
+    admin: list[Secret] = Field(default_factory=list, description="Admin credentials.")
+    registration: list[Secret] = Field(
+        default_factory=list, description="Credentials for RegisterJob (none: open)."
+    )
+    admin_client_names: tuple[str, ...] = Field(
+        default=(), description="With mtls: admin calls also need one of these certificate CNs."
+    )
+
+
+class StoreConfig(Strict):
+    path: Path = Field(default=Path("c4p-controller.db"), description="SQLite file.")
+    synchronous: Synchronous = Synchronous.FULL
+    tombstone_horizon: int = Field(default=1000, ge=1, description="Epochs a resume may span.")
+
+
+class LimitsConfig(Strict):
+    rate: RateSettings = RateSettings()
+    intake: IntakeLimits = IntakeLimits()
+    max_streams_per_job: int = Field(default=64, ge=1)
+    max_streams: int = Field(default=20_000, ge=1)
+
+
+class MetricsConfig(Strict):
+    address: str | None = Field(
+        default="127.0.0.1:9464", description="host:port of /metrics (null: off)."
+    )
+
+    @model_validator(mode="after")
+    def _address(self) -> Self:
+        if self.address:
+            split_address(self.address)
+        return self
+
+
+class LoggingConfig(Strict):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "text"] = "json"
+
+
+class ServeConfig(Strict):
+    """Everything ``c4p serve`` needs (see ``configs/controller.yaml``)."""
+
+    fabric: FabricConfig
+    listen: ListenConfig = ListenConfig()
+    tls: TlsConfig = TlsConfig()
+    auth: AuthConfig = AuthConfig()
+    store: StoreConfig = StoreConfig()
+    planner: PlannerSettings = PlannerSettings()
+    controller: LoopSettings = LoopSettings()
+    flap: FlapSettings = FlapSettings()
+    limits: LimitsConfig = LimitsConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    logging: LoggingConfig = LoggingConfig()
+    stream_check_s: float = Field(default=5.0, gt=0, le=300)
+
+    @model_validator(mode="after")
+    def _secure(self) -> Self:
+        host, _ = split_address(self.listen.address)
+        if self.tls.mode == "plaintext" and not is_loopback(host):
+            raise ValueError(
+                f"listen.address: plaintext is allowed on loopback only, not {host!r}; "
+                "set tls.mode to tls or mtls"
+            )
+        if self.auth.admin_client_names and self.tls.mode != "mtls":
+            raise ValueError("auth.admin_client_names needs tls.mode mtls")
+        return self
+
+    def relative_to(self, base: Path) -> ServeConfig:
+        """Relative paths resolved against ``base`` (the config file's directory)."""
+
+        def fix(p: Path | None) -> Path | None:
+            return None if p is None or p.is_absolute() else base / p
+
+        def secrets(items: list[Secret]) -> list[Secret]:
+            return [s.model_copy(update={"file": fix(s.file) or s.file}) for s in items]
+
+        tls = self.tls
+        return self.model_copy(
+            update={
+                "fabric": self.fabric.model_copy(update={"path": fix(self.fabric.path)}),
+                "store": self.store.model_copy(update={"path": fix(self.store.path)}),
+                "tls": tls.model_copy(
+                    update={
+                        k: fix(getattr(tls, k)) or getattr(tls, k)
+                        for k in ("cert_file", "key_file", "client_ca_file")
+                    }
+                ),
+                "auth": self.auth.model_copy(
+                    update={
+                        "admin": secrets(self.auth.admin),
+                        "registration": secrets(self.auth.registration),
+                    }
+                ),
+            }
+        )
+
+    def problems(self) -> list[tuple[str, str]]:
+        """What cannot be used as configured: missing files, unresolvable secrets."""
+        found: list[tuple[str, str]] = []
+        files = [("fabric.path", self.fabric.path)] + [
+            (f"tls.{k}", getattr(self.tls, k)) for k in ("cert_file", "key_file", "client_ca_file")
+        ]
+        for where, path in files:
+            if path is not None and not Path(path).is_file():
+                found.append((where, f"no such file: {path}"))
+        for group in ("admin", "registration"):
+            for i, secret in enumerate(getattr(self.auth, group)):
+                try:
+                    secret.resolve()
+                except (OSError, ValueError) as exc:
+                    found.append((f"auth.{group}[{i}]", str(exc)))
+        return found
+
+    def admin_tokens(self) -> list[str]:
+        return [s.resolve() for s in self.auth.admin]
+
+    def register_tokens(self) -> list[str]:
+        return [s.resolve() for s in self.auth.registration]
+
+
+def check(config: ServeConfig, source: str = "<config>") -> ServeConfig:
+    """Refuse a config whose files or secrets cannot be used (all problems at once)."""
+    found = config.problems()
+    if found:
+        raise FabricFileError(source, found)
+    return config
+
+
+def load_config(path: Path) -> ServeConfig:
+    """Read, validate and check a config file (see the module docstring)."""
+    config = load_model(ServeConfig, path).relative_to(path.resolve().parent)
+    return check(config, str(path))
+
+
+def run(config: ServeConfig, ready: Callable[[str], None] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM; ``ready`` gets the bound address once serving."""
+    import asyncio
+
+    from c4p.service.runtime import serve_forever
+
+    asyncio.run(serve_forever(config, ready))

@@ -1,0 +1,64 @@
+"""``c4p serve``: run the controller service (a typer sub-app the main CLI registers).
+
+Why a module of its own: ``c4p/cli.py`` holds the offline commands and imports no gRPC; the
+service pulls in grpc, prometheus and the store (imported inside :func:`serve`, so registering
+the command costs nothing). The main CLI registers it with ``app.command("serve")(serve)``. It is
+also runnable alone (``python -m c4p.serve_cli --config FILE``), which tests use to run the
+service as a real process.
+
+The config is loaded and checked before anything starts; a bad one exits with status 2 and one
+line per problem (``error: FILE: field: reason``), never a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+serve_app = typer.Typer(
+    help="Run the c4p controller service (gRPC API, reconcile loop, metrics).",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def serve(
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="Controller config (YAML or JSON).")
+    ] = Path("configs/controller.yaml"),
+    ready_file: Annotated[
+        Path | None,
+        typer.Option(help="Write the bound host:port here once serving (for supervisors)."),
+    ] = None,
+    check_only: Annotated[
+        bool, typer.Option("--check", help="Validate the config and exit.")
+    ] = False,
+) -> None:
+    """Serve the flow-intent and admin APIs until SIGINT/SIGTERM."""
+    from c4p.cli import guarded
+    from c4p.files import write_text
+    from c4p.serve import ServeConfig, load_config, run
+    from c4p.service import telemetry
+
+    def body() -> ServeConfig:
+        return load_config(config)
+
+    settings = guarded(body)
+    if check_only:
+        typer.echo(f"{config}: ok")
+        return
+    telemetry.configure(settings.logging.level, settings.logging.format)
+
+    def ready(address: str) -> None:
+        if ready_file is not None:
+            write_text(ready_file, address + "\n")
+
+    run(settings, ready)
+
+
+serve_app.command()(serve)  # alone, a one-command app runs it directly
+
+if __name__ == "__main__":  # pragma: no cover
+    serve_app(prog_name="c4p serve")

@@ -1,0 +1,291 @@
+"""AdminService: what an operator (or an external fault detector) sees and does.
+
+Why the waits: an operator who drains a suspect link wants to know when traffic is off it.
+With ``wait``, DrainLink/RestoreLink/Replan answer once a reconcile step has seen the change, with
+that step's decision (epoch, flows moved, bound, gap); without it they answer at once and the
+decision log tells the rest. Reads (fabric, jobs, plan, log) never block the reconcile loop for
+longer than a copy under the state lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from c4p.api.v1 import admin_pb2 as admin
+from c4p.api.v1 import intents_pb2 as pb
+from c4p.controller.intake import Intake
+from c4p.controller.loop import ControllerLoop
+from c4p.controller.state import ControllerState, IntentState
+from c4p.controller.triggers import Key, KeyKind
+from c4p.service import convert
+from c4p.service.flow_intent import StreamHub
+from c4p.service.rpc import Call, Endpoint, Scope
+from c4p.store.base import (
+    CommunicatorRecord,
+    DecisionRecord,
+    DecisionResult,
+    JobPredictionRecord,
+    Store,
+)
+from topology.model import LinkStatus
+
+SERVICE = "c4p.v1.AdminService"
+MAX_LOG = 1000
+
+
+class AdminServicer:
+    """The methods of ``c4p.v1.AdminService``."""
+
+    def __init__(
+        self,
+        intake: Intake,
+        state: ControllerState,
+        store: Store,
+        loop: ControllerLoop,
+        hub: StreamHub,
+        wait_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.intake = intake
+        self.state = state
+        self.store = store
+        self.loop = loop
+        self.hub = hub
+        self.wait_s = wait_s
+        self.clock = clock
+
+    def endpoints(self) -> list[Endpoint]:
+        return [
+            Endpoint("GetFabric", admin.GetFabricRequest, Scope.ADMIN, unary=self.fabric),
+            Endpoint("ListJobs", admin.ListJobsRequest, Scope.ADMIN, unary=self.jobs),
+            Endpoint("GetPlan", admin.GetPlanRequest, Scope.ADMIN, unary=self.plan),
+            Endpoint("DrainLink", admin.DrainLinkRequest, Scope.ADMIN, unary=self.drain),
+            Endpoint("RestoreLink", admin.RestoreLinkRequest, Scope.ADMIN, unary=self.restore),
+            Endpoint("Replan", admin.ReplanRequest, Scope.ADMIN, unary=self.replan),
+            Endpoint("GetDecisionLog", admin.GetDecisionLogRequest, Scope.ADMIN, unary=self.log),
+        ]
+
+    async def fabric(self, request: admin.GetFabricRequest, call: Call) -> admin.FabricSnapshot:
+        rows = await asyncio.to_thread(link_rows, self.state, self.clock(), request.only_changed)
+        f = self.state.fabric
+        return admin.FabricSnapshot(
+            name=f.name,
+            switches=len(f.switches),
+            hosts=len(f.hosts),
+            nic_ports=len(f.index.ports),
+            links_total=len(f.links),
+            links=[
+                admin.LinkInfo(
+                    id=r.id,
+                    a=r.a,
+                    b=r.b,
+                    speed_gbps=r.speed_gbps,
+                    observed=r.observed.value,
+                    effective=r.effective.value,
+                    drained=r.drained,
+                    drain_reason=r.drain_reason,
+                    held=r.held,
+                    flap_penalty=r.flap_penalty,
+                    flows=r.flows,
+                    jobs=r.jobs,
+                )
+                for r in rows
+            ],
+            epoch=self.state.epoch,
+        )
+
+    async def jobs(self, request: admin.ListJobsRequest, call: Call) -> admin.ListJobsResponse:
+        rows = await asyncio.to_thread(job_rows, self.state, request.job_id)
+        return admin.ListJobsResponse(
+            jobs=[
+                admin.JobInfo(
+                    job_id=r.job_id,
+                    tenant=r.tenant,
+                    priority=r.priority,
+                    ranks=r.ranks,
+                    state=convert.intent_state(r.state),
+                    communicators=[
+                        admin.CommunicatorSummary(
+                            id=c.spec.id,
+                            version=c.version,
+                            pattern=convert.pattern_name(c.spec.pattern.value),
+                            collective=convert.collective_name(c.spec.collective.value),
+                            connections=c.connections,
+                            flows=c.flows,
+                            accepted_at=convert.timestamp(c.accepted_at),
+                        )
+                        for c in r.communicators
+                    ],
+                    flows=r.flows,
+                    bound=r.bound,
+                    issues=r.issues,
+                    intent_revision=r.intent_revision,
+                    planned_revision=r.planned_revision,
+                    last_change_epoch=r.event_epoch,
+                    streams=self.hub.count(r.job_id),
+                    prediction=convert.prediction(r.prediction) if r.prediction else None,
+                    registered_at=convert.timestamp(r.registered_at),
+                )
+                for r in rows
+            ],
+            epoch=self.state.epoch,
+        )
+
+    def _epoch_decision(self) -> DecisionRecord | None:
+        epoch = self.state.epoch
+        for d in self.store.decisions(64):
+            if d.result is DecisionResult.PLANNED and d.epoch == epoch:
+                return d
+        return None
+
+    async def plan(self, request: admin.GetPlanRequest, call: Call) -> admin.PlanSummary:
+        found = await asyncio.to_thread(self._epoch_decision)
+        return convert.plan_summary(self.state.epoch, found)
+
+    async def _waited(self, revision: int, wait: bool) -> pb.Decision | None:
+        if not wait:
+            return None
+        decision = await self.loop.wait_covered(revision, self.wait_s)
+        return None if decision is None else convert.decision(decision)
+
+    async def drain(self, request: admin.DrainLinkRequest, call: Call) -> admin.LinkChangeResponse:
+        link_id, changed, revision = await asyncio.to_thread(
+            self.intake.drain, request.link, request.reason
+        )
+        if changed:
+            self.loop.enqueue(Key(KeyKind.DRAIN, link_id, "drained"))
+        return admin.LinkChangeResponse(
+            link_id=link_id,
+            effective="drained",
+            changed=changed,
+            decision=await self._waited(revision, request.wait),
+        )
+
+    async def restore(
+        self, request: admin.RestoreLinkRequest, call: Call
+    ) -> admin.LinkChangeResponse:
+        link_id, changed, revision = await asyncio.to_thread(self.intake.restore, request.link)
+        if changed:
+            self.loop.enqueue(Key(KeyKind.DRAIN, link_id, "restored"))
+        number = self.state.fabric.index.link_number(link_id)
+        effective = self.state.effective_links(self.clock()).get(number)
+        return admin.LinkChangeResponse(
+            link_id=link_id,
+            effective=(effective.value if effective else "up"),
+            changed=changed,
+            decision=await self._waited(revision, request.wait),
+        )
+
+    async def replan(self, request: admin.ReplanRequest, call: Call) -> admin.ReplanResponse:
+        reason = request.reason[:256]
+        revision = self.state.bump()
+        self.loop.enqueue(Key(KeyKind.REPLAN, reason or "operator", force=True))
+        return admin.ReplanResponse(decision=await self._waited(revision, request.wait))
+
+    async def log(
+        self, request: admin.GetDecisionLogRequest, call: Call
+    ) -> admin.GetDecisionLogResponse:
+        limit = min(request.limit or 50, MAX_LOG)
+        found = await asyncio.to_thread(self.store.decisions, limit, int(request.before_sequence))
+        return admin.GetDecisionLogResponse(decisions=[convert.decision(d) for d in found])
+
+
+# -- views ----------------------------------------------------------------------------------------
+# What an operator wants to see about a link or a job, computed under the state lock from the
+# live structures; presentations that change with operators' needs, not with the controller.
+
+
+@dataclass(frozen=True)
+class LinkRow:
+    id: str
+    a: str
+    b: str
+    speed_gbps: float
+    observed: LinkStatus
+    effective: LinkStatus
+    drained: bool
+    drain_reason: str
+    held: bool
+    flap_penalty: float
+    flows: int
+    jobs: int
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job_id: str
+    tenant: str
+    priority: int
+    ranks: int
+    state: IntentState
+    communicators: tuple[CommunicatorRecord, ...]
+    flows: int
+    bound: int
+    issues: int
+    intent_revision: int
+    planned_revision: int
+    event_epoch: int
+    prediction: JobPredictionRecord | None
+    registered_at: float
+
+
+def link_rows(state: ControllerState, now: float, only_changed: bool) -> list[LinkRow]:
+    """Every link (or only those not plainly up) with what the planner makes of it."""
+    with state.lock:
+        effective = state.effective_links(now)
+        rows = []
+        for i, link in enumerate(state.fabric.links):
+            observed = state.tracker.observed(i)
+            eff = effective.get(i, LinkStatus.UP)
+            override = state.overrides.get(link.id)
+            held = state.tracker.held(i, now)
+            if only_changed and eff is LinkStatus.UP and observed is LinkStatus.UP:
+                continue
+            on: Mapping[str, int] = state.link_jobs.get(i, {})
+            rows.append(
+                LinkRow(
+                    id=link.id,
+                    a=link.a,
+                    b=link.b,
+                    speed_gbps=link.speed_gbps,
+                    observed=observed,
+                    effective=eff,
+                    drained=override is not None,
+                    drain_reason=override.reason if override else "",
+                    held=held,
+                    flap_penalty=state.tracker.penalty(i, now),
+                    flows=sum(on.values()),
+                    jobs=len(on),
+                )
+            )
+        return rows
+
+
+def job_rows(state: ControllerState, job_id: str = "") -> list[JobRow]:
+    with state.lock:
+        out = []
+        for jid, e in sorted(state.jobs.items()):
+            if job_id and jid != job_id:
+                continue
+            out.append(
+                JobRow(
+                    job_id=jid,
+                    tenant=e.record.tenant,
+                    priority=e.record.priority,
+                    ranks=len(e.ranks),
+                    state=e.state,
+                    communicators=tuple(e.communicators[c] for c in sorted(e.communicators)),
+                    flows=e.flows,
+                    bound=len(state.held.get(jid, {})),
+                    issues=len(e.issues),
+                    intent_revision=e.record.revision,
+                    planned_revision=e.planned_revision,
+                    event_epoch=e.event_epoch,
+                    prediction=e.prediction,
+                    registered_at=e.record.registered_at,
+                )
+            )
+        return out

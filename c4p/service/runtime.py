@@ -1,0 +1,254 @@
+"""Assembles and runs the service: store, state, reconcile loop, gRPC server, metrics.
+
+Why one assembly function for every entry point: ``c4p serve``, the embedded service of tests,
+the demo and the benchmark must run exactly the same wiring, or a test proves something about a
+service nobody runs. Order matters and is the same everywhere:
+
+1. open the store and load it (a crash before this point changes nothing);
+2. rebuild the state (jobs, intents, bindings in force, drains) and the previous plan;
+3. start the reconcile loop (its first key is ``startup``: if nothing changed since the last
+   epoch, it does nothing, so a restart re-serves the same bindings, zero churn);
+4. bind and start gRPC (FlowIntentService, AdminService, health, reflection), then metrics;
+5. on stop: health NOT_SERVING, end streams, stop gRPC with a grace period, stop the loop
+   after its current step, close the store.
+
+The seam for discovery: :meth:`ServiceRuntime.follow_link_events` pumps a fabric source's
+events (``southbound.events.EventQueue.get`` is one: a blocking ``get(timeout)``) into the
+reconcile loop on a thread of its own; only link events are taken, anything else is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from c4p.controller.intake import Intake
+from c4p.controller.loop import ControllerLoop, LinkEventLike
+from c4p.controller.reconcile import PortSourceFactory, Reconciler, StepOutcome
+from c4p.controller.state import ControllerState
+from c4p.files import load_fabric
+from c4p.serve import ServeConfig, split_address
+from c4p.service import admin, flow_intent
+from c4p.service.access import Guard, RateLimiter
+from c4p.service.flow_intent import StreamHub
+from c4p.service.rpc import Gate
+from c4p.service.telemetry import Metrics
+from c4p.store.sqlite import SqliteStore
+from topology.model import Fabric
+
+log = logging.getLogger("c4p.service")
+
+
+def server_credentials(config: ServeConfig) -> grpc.ServerCredentials | None:
+    tls = config.tls
+    if tls.mode == "plaintext":
+        return None
+    assert tls.cert_file is not None and tls.key_file is not None
+    pair = (tls.key_file.read_bytes(), tls.cert_file.read_bytes())
+    if tls.mode == "tls":
+        return grpc.ssl_server_credentials([pair])
+    assert tls.client_ca_file is not None
+    return grpc.ssl_server_credentials(
+        [pair], root_certificates=tls.client_ca_file.read_bytes(), require_client_auth=True
+    )
+
+
+class ServiceRuntime:
+    """One running controller service (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: ServeConfig,
+        *,
+        fabric: Fabric | None = None,
+        ports: PortSourceFactory | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.fabric = fabric or load_fabric(config.fabric.path)
+        self.store = SqliteStore(config.store.path, config.store.synchronous)
+        self.state = ControllerState(
+            self.fabric,
+            self.store.load(),
+            config.flap,
+            clock(),
+            config.store.tombstone_horizon,
+        )
+        self.metrics = Metrics()
+        self.hub = StreamHub(config.limits.max_streams_per_job, config.limits.max_streams)
+        self.reconciler = Reconciler(self.state, self.store, config.planner, ports)
+        self.loop = ControllerLoop(
+            self.reconciler, config.controller, clock=clock, on_step=self._after_step
+        )
+        self.intake = Intake(self.state, self.store, config.limits.intake, clock)
+        self.guard = Guard(
+            self.store.token_secret(),
+            self.state,
+            admin_tokens=config.admin_tokens(),
+            register_tokens=config.register_tokens(),
+            admin_names=config.auth.admin_client_names,
+        )
+        self.flow = flow_intent.FlowIntentServicer(
+            self.intake,
+            self.state,
+            self.loop,
+            self.hub,
+            self.guard,
+            self.metrics,
+            config.stream_check_s,
+        )
+        self.admin = admin.AdminServicer(
+            self.intake,
+            self.state,
+            self.store,
+            self.loop,
+            self.hub,
+            wait_s=config.planner.budget_s + 60.0,
+            clock=clock,
+        )
+        self.health = HealthServicer()
+        self._pumps: list[threading.Thread] = []
+        self._stopping = threading.Event()
+        self.server: grpc.aio.Server | None = None
+        self.address = ""
+        self.metrics_address = ""
+        self._metrics_server: Any = None  # prometheus_client's WSGIServer
+        self.metrics.active_jobs.set(len(self.state.jobs))
+        self.metrics.epoch.set(self.state.epoch)
+
+    def _after_step(self, outcome: StepOutcome) -> None:
+        d = outcome.decision
+        self.metrics.record_plan(d)
+        self.hub.notify(outcome.changed_jobs)
+        log.info(
+            "plan",
+            extra={
+                "event": "plan",
+                "epoch": d.epoch,
+                "result": d.result.value,
+                "reason": d.reason,
+                "flows": d.flows,
+                "moved": d.moved,
+                "max_utilization": d.max_utilization,
+                "bound": d.bound,
+                "gap": d.gap,
+                "solve_s": round(d.solve_seconds, 4),
+                "changed": d.bindings_added + d.bindings_changed,
+                "removed": d.bindings_removed,
+                "jobs_changed": list(d.jobs_changed),
+                "error": d.error or None,
+            },
+        )
+
+    async def start(self) -> str:
+        """Start everything; returns the bound ``host:port``."""
+        cfg = self.config
+        await self.loop.start()
+        size = cfg.listen.max_message_bytes
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", size),
+                ("grpc.max_send_message_length", size),
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ]
+        )
+        gate = Gate(self.guard, RateLimiter(cfg.limits.rate), self.metrics)
+        server.add_generic_rpc_handlers(
+            (
+                gate.handler(flow_intent.SERVICE, self.flow.endpoints()),
+                gate.handler(admin.SERVICE, self.admin.endpoints()),
+            )
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        names = (
+            flow_intent.SERVICE,
+            admin.SERVICE,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        )
+        reflection.enable_server_reflection((*names, reflection.SERVICE_NAME), server)
+        host, port = split_address(cfg.listen.address)
+        credentials = server_credentials(cfg)
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if credentials is None:
+            bound = server.add_insecure_port(target)
+        else:
+            bound = server.add_secure_port(target, credentials)
+        await server.start()
+        self.server = server
+        self.address = f"{host}:{bound}" if ":" not in host else f"[{host}]:{bound}"
+        for name in ("", *names[:2]):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if cfg.metrics.address:
+            m_host, m_port = split_address(cfg.metrics.address)
+            httpd, _ = start_http_server(m_port, m_host, registry=self.metrics.registry)
+            self._metrics_server = httpd
+            self.metrics_address = f"{m_host}:{httpd.server_address[1]}"
+        log.info(
+            "serving",
+            extra={
+                "event": "serving",
+                "address": self.address,
+                "tls": cfg.tls.mode,
+                "metrics": self.metrics_address or None,
+                "epoch": self.state.epoch,
+                "jobs": len(self.state.jobs),
+            },
+        )
+        return self.address
+
+    def follow_link_events(self, get: Callable[[float], object | None]) -> None:
+        """Feed the link events ``get(timeout)`` returns into the reconcile loop (a thread)."""
+
+        def pump() -> None:
+            while not self._stopping.is_set():
+                event = get(0.2)
+                if isinstance(event, LinkEventLike):
+                    self.loop.observe_link(event)
+
+        thread = threading.Thread(target=pump, name="c4p-link-events", daemon=True)
+        thread.start()
+        self._pumps.append(thread)
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        for pump in self._pumps:
+            await asyncio.to_thread(pump.join, 5.0)
+        await self.health.enter_graceful_shutdown()
+        self.hub.close_all()
+        if self.server is not None:
+            await self.server.stop(self.config.listen.grace_s)
+        await self.loop.stop()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+        self.store.close()
+        log.info("stopped", extra={"event": "stopped", "epoch": self.state.epoch})
+
+
+async def serve_forever(config: ServeConfig, ready: Callable[[str], None] | None = None) -> None:
+    """Run until SIGINT or SIGTERM (``c4p serve``)."""
+    runtime = ServiceRuntime(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    address = await runtime.start()
+    if ready is not None:
+        ready(address)
+    try:
+        await stop.wait()
+    finally:
+        await runtime.stop()

@@ -1,0 +1,304 @@
+"""The embedded store: one SQLite file in WAL mode, one transaction per controller write.
+
+Why SQLite in WAL mode: it is in the standard library, a committed transaction survives a
+``kill -9`` of the process (the WAL is in the OS page cache and is replayed on the next open),
+readers never block the writer, and one file is easy to back up. ``synchronous`` chooses what a
+*power cut* may cost: ``full`` (the default) syncs the WAL at every commit, so nothing
+acknowledged is lost; ``normal`` may lose the last commits on power loss but never corrupts,
+and is much faster on slow disks.
+
+Layout: every record is stored as its pydantic JSON (``record`` columns) beside the columns it is
+looked up by, so a schema change is a new record version, not a migration of a dozen columns.
+The ``meta`` table holds counters (epoch, incarnation, decision sequence), the planning
+fingerprint and the token secret. ``schema`` in ``meta`` guards against opening a file written by
+an incompatible version.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from c4p.store.base import (
+    CommunicatorRecord,
+    DecisionRecord,
+    DecisionResult,
+    EpochCommit,
+    HeldBinding,
+    JobRecord,
+    LinkOverride,
+    StoredState,
+    StoreError,
+)
+
+SCHEMA = "c4p-store-1"
+DECISIONS_KEPT = 10_000
+"""Decision log entries kept; older ones are pruned at each commit."""
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS intents (
+    job_id TEXT NOT NULL, comm_id TEXT NOT NULL, record TEXT NOT NULL,
+    PRIMARY KEY (job_id, comm_id));
+CREATE TABLE IF NOT EXISTS bindings (
+    job_id TEXT NOT NULL, comm_id TEXT NOT NULL, connection INTEGER NOT NULL,
+    qp INTEGER NOT NULL, epoch INTEGER NOT NULL, record TEXT NOT NULL,
+    PRIMARY KEY (job_id, comm_id, connection, qp));
+CREATE TABLE IF NOT EXISTS tombstones (
+    job_id TEXT NOT NULL, comm_id TEXT NOT NULL, connection INTEGER NOT NULL,
+    qp INTEGER NOT NULL, epoch INTEGER NOT NULL,
+    PRIMARY KEY (job_id, comm_id, connection, qp));
+CREATE TABLE IF NOT EXISTS link_overrides (link_id TEXT PRIMARY KEY, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS decisions (
+    sequence INTEGER PRIMARY KEY, epoch INTEGER NOT NULL, record TEXT NOT NULL);
+"""
+
+
+class Synchronous(StrEnum):
+    FULL = "full"
+    NORMAL = "normal"
+
+
+class SqliteStore:
+    """A :class:`~c4p.store.base.Store` in one SQLite file (``":memory:"`` for tests)."""
+
+    def __init__(self, path: Path | str, synchronous: Synchronous = Synchronous.FULL) -> None:
+        self.path = str(path)
+        self._lock = threading.Lock()
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={Synchronous(synchronous).value.upper()}")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.executescript(_TABLES)
+            self._init_meta()
+        except sqlite3.Error as exc:
+            raise StoreError(f"store {self.path}: cannot open: {exc}") from exc
+        if self.path != ":memory:":
+            os.chmod(self.path, 0o600)  # it holds the token secret
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken at once (``BEGIN IMMEDIATE``), rolled back on error."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise StoreError(f"store {self.path}: write failed: {exc}") from exc
+
+    def _meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    @staticmethod
+    def _set_meta(db: sqlite3.Connection, **values: object) -> None:
+        db.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [(k, str(v)) for k, v in values.items()],
+        )
+
+    def _init_meta(self) -> None:
+        schema = self._meta("schema")
+        if schema is not None and schema != SCHEMA:
+            raise StoreError(f"store {self.path}: schema {schema!r}, this c4p needs {SCHEMA!r}")
+        if schema is None:
+            with self._tx() as db:
+                self._set_meta(
+                    db,
+                    schema=SCHEMA,
+                    secret=secrets.token_hex(32),
+                    epoch=0,
+                    fingerprint="",
+                    compacted_epoch=0,
+                    incarnation=0,
+                    decision_sequence=0,
+                )
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def token_secret(self) -> bytes:
+        with self._lock:
+            value = self._meta("secret")
+        if value is None:
+            raise StoreError(f"store {self.path}: no token secret")
+        return bytes.fromhex(value)
+
+    def load(self) -> StoredState:
+        with self._lock:
+            try:
+                return self._load()
+            except (sqlite3.Error, ValidationError, ValueError) as exc:
+                raise StoreError(f"store {self.path}: cannot read: {exc}") from exc
+
+    def _load(self) -> StoredState:
+        db = self._db
+        state = StoredState(
+            epoch=int(self._meta("epoch") or 0),
+            fingerprint=self._meta("fingerprint") or "",
+            compacted_epoch=int(self._meta("compacted_epoch") or 0),
+            incarnation=int(self._meta("incarnation") or 0),
+            decision_sequence=int(self._meta("decision_sequence") or 0),
+        )
+        for (text,) in db.execute("SELECT record FROM jobs"):
+            job = JobRecord.model_validate_json(text)
+            state.jobs[job.job_id] = job
+            state.intents[job.job_id] = {}
+        for job_id, comm_id, text in db.execute("SELECT job_id, comm_id, record FROM intents"):
+            if job_id in state.intents:
+                state.intents[job_id][comm_id] = CommunicatorRecord.model_validate_json(text)
+        for job_id, text in db.execute("SELECT job_id, record FROM bindings"):
+            held = HeldBinding.model_validate_json(text)
+            state.bindings.setdefault(job_id, {})[held.key] = held
+        rows = db.execute("SELECT job_id, comm_id, connection, qp, epoch FROM tombstones")
+        for job_id, comm_id, connection, qp, epoch in rows:
+            state.tombstones.setdefault(job_id, {})[(job_id, comm_id, connection, qp)] = epoch
+        for (text,) in db.execute("SELECT record FROM link_overrides"):
+            override = LinkOverride.model_validate_json(text)
+            state.overrides[override.link_id] = override
+        rows = db.execute("SELECT record FROM decisions ORDER BY sequence DESC")
+        for (text,) in rows:  # the newest, and the newest that committed an epoch
+            decision = DecisionRecord.model_validate_json(text)
+            state.last_decision = state.last_decision or decision
+            if decision.result is DecisionResult.PLANNED:
+                state.last_planned = decision
+                break
+        return state
+
+    def decisions(self, limit: int, before_sequence: int = 0) -> list[DecisionRecord]:
+        with self._lock:
+            if before_sequence > 0:
+                rows = self._db.execute(
+                    "SELECT record FROM decisions WHERE sequence < ? "
+                    "ORDER BY sequence DESC LIMIT ?",
+                    (before_sequence, limit),
+                )
+            else:
+                rows = self._db.execute(
+                    "SELECT record FROM decisions ORDER BY sequence DESC LIMIT ?", (limit,)
+                )
+            return [DecisionRecord.model_validate_json(text) for (text,) in rows]
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def register_job(self, job: JobRecord, incarnation: int) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO jobs (job_id, record) VALUES (?, ?)",
+                (job.job_id, job.model_dump_json(exclude_defaults=True)),
+            )
+            self._set_meta(db, incarnation=incarnation)
+
+    def put_intents(
+        self, job: JobRecord, upserts: Sequence[CommunicatorRecord], withdrawn: Sequence[str]
+    ) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE jobs SET record = ? WHERE job_id = ?",
+                (job.model_dump_json(exclude_defaults=True), job.job_id),
+            )
+            db.executemany(
+                "INSERT INTO intents (job_id, comm_id, record) VALUES (?, ?, ?) "
+                "ON CONFLICT (job_id, comm_id) DO UPDATE SET record = excluded.record",
+                [
+                    (job.job_id, c.spec.id, c.model_dump_json(exclude_defaults=True))
+                    for c in upserts
+                ],
+            )
+            db.executemany(
+                "DELETE FROM intents WHERE job_id = ? AND comm_id = ?",
+                [(job.job_id, comm) for comm in withdrawn],
+            )
+
+    def release_job(self, job_id: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
+            for table in ("intents", "bindings", "tombstones"):
+                db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+
+    def set_link_override(self, override: LinkOverride) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO link_overrides (link_id, record) VALUES (?, ?) "
+                "ON CONFLICT (link_id) DO UPDATE SET record = excluded.record",
+                (override.link_id, override.model_dump_json(exclude_defaults=True)),
+            )
+
+    def clear_link_override(self, link_id: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM link_overrides WHERE link_id = ?", (link_id,))
+
+    def commit_epoch(self, commit: EpochCommit) -> None:
+        decision = commit.decision
+        epoch = decision.epoch
+        with self._tx() as db:
+            db.executemany(
+                "INSERT INTO bindings (job_id, comm_id, connection, qp, epoch, record) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, comm_id, connection, qp) "
+                "DO UPDATE SET epoch = excluded.epoch, record = excluded.record",
+                [
+                    (*h.key, h.binding.epoch, h.model_dump_json(exclude_defaults=True))
+                    for h in commit.upserts
+                ],
+            )
+            db.executemany(
+                "DELETE FROM tombstones WHERE job_id = ? AND comm_id = ? AND connection = ? "
+                "AND qp = ?",
+                [h.key for h in commit.upserts],
+            )
+            db.executemany(
+                "DELETE FROM bindings WHERE job_id = ? AND comm_id = ? AND connection = ? "
+                "AND qp = ?",
+                list(commit.removals),
+            )
+            db.executemany(
+                "INSERT INTO tombstones (job_id, comm_id, connection, qp, epoch) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (job_id, comm_id, connection, qp) "
+                "DO UPDATE SET epoch = excluded.epoch",
+                [(*key, epoch) for key in commit.removals],
+            )
+            db.execute("DELETE FROM tombstones WHERE epoch <= ?", (commit.compacted_epoch,))
+            self._insert_decision(db, decision)
+            self._set_meta(
+                db,
+                epoch=epoch,
+                fingerprint=decision.fingerprint,
+                compacted_epoch=commit.compacted_epoch,
+            )
+
+    def log_decision(self, decision: DecisionRecord) -> None:
+        with self._tx() as db:
+            self._insert_decision(db, decision)
+
+    def _insert_decision(self, db: sqlite3.Connection, decision: DecisionRecord) -> None:
+        db.execute(
+            "INSERT INTO decisions (sequence, epoch, record) VALUES (?, ?, ?)",
+            (decision.sequence, decision.epoch, decision.model_dump_json(exclude_defaults=True)),
+        )
+        db.execute(
+            "DELETE FROM decisions WHERE sequence <= ?", (decision.sequence - DECISIONS_KEPT,)
+        )
+        self._set_meta(db, decision_sequence=decision.sequence)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

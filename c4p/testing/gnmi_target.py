@@ -1,0 +1,415 @@
+"""Emulated gNMI targets: one real gRPC server per switch of a fabric, on 127.0.0.1.
+
+Why real servers: the gNMI driver must be tested against the protocol, not against a fake of
+its own making. Each switch gets its own ``grpc.server`` on an ephemeral loopback port (so one
+switch can be killed and revived without touching the others), all sharing one thread pool,
+and answers with pygnmi's generated servicer interface:
+
+* ``Capabilities``: JSON_IETF (and JSON), the OpenConfig models it serves;
+* ``Get``: ``/interfaces``, ``/lldp/interfaces``, ``/system/state``, ``/qos/interfaces`` or
+  ``/`` (see :mod:`c4p.testing.oc_payloads`);
+* ``Subscribe``: STREAM (ON_CHANGE oper-status with optional heartbeat, SAMPLE counters and
+  ECN marks), ONCE and POLL. A link failed through :class:`FabricEmulator` wakes the streams
+  of both its switches at once; every notification carries a non-zero timestamp.
+
+Optional TLS/mTLS (:class:`~c4p.testing.certs.Pki`) and username/password metadata checks
+behave as a switch's would. Everything binds 127.0.0.1 only; :meth:`GnmiFabric.stop` (or the
+context manager) stops every server and the pool.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
+
+from c4p.testing.certs import Pki
+from c4p.testing.dataplane import FabricEmulator
+from c4p.testing.oc_payloads import ECN_QUEUE, MODELS, SUBTREES, get_answer, switch_tree
+from southbound.targets import (
+    GnmiCredentials,
+    GnmiOptions,
+    TargetConfig,
+    TargetsFile,
+    Timeouts,
+    TlsConfig,
+    TlsMode,
+)
+
+COUNTER_LEAVES = (
+    "in-octets",
+    "out-octets",
+    "in-errors",
+    "out-errors",
+    "in-discards",
+    "out-discards",
+)
+
+
+def _elem(name: str, keys: dict[str, str] | None = None) -> Any:
+    return gnmi_pb2.PathElem(name=name, key=keys or {})
+
+
+def _path(*elems: Any) -> Any:
+    return gnmi_pb2.Path(elem=list(elems))
+
+
+def _json(value: Any) -> Any:
+    return gnmi_pb2.TypedValue(json_ietf_val=json.dumps(value).encode())
+
+
+def _names(path: Any) -> list[str]:
+    return [e.name.rsplit(":", 1)[-1] for e in path.elem]
+
+
+class _Sub:
+    """One subscription of a SubscribeRequest, as the target understood it."""
+
+    def __init__(self, kind: str, interval_s: float, on_change: bool, heartbeat_s: float) -> None:
+        self.kind = kind
+        self.interval_s = interval_s
+        self.on_change = on_change
+        self.heartbeat_s = heartbeat_s
+        self.due = 0.0
+
+
+class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
+    """The gNMI service of one emulated switch."""
+
+    def __init__(
+        self,
+        emu: FabricEmulator,
+        switch: str,
+        *,
+        credentials: tuple[str, str] | None = None,
+        as_numbers: bool = False,
+    ) -> None:
+        self.emu = emu
+        self.switch = switch
+        self.credentials = credentials
+        self.as_numbers = as_numbers
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _admit(self, context: Any) -> None:
+        if self.credentials is None:
+            return
+        meta = dict(context.invocation_metadata())
+        if (meta.get("username"), meta.get("password")) != self.credentials:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad username or password")
+
+    def _slow(self, context: Any) -> None:
+        end = time.monotonic() + self.emu.delay(self.switch)
+        while context.is_active() and (left := end - time.monotonic()) > 0:
+            time.sleep(min(0.05, left))
+
+    def _tree(self, *parts: str) -> dict[str, Any]:
+        return switch_tree(self.emu, self.switch, parts=parts, as_numbers=self.as_numbers)
+
+    # -- unary RPCs -------------------------------------------------------------------------
+
+    def Capabilities(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC name)
+        self._admit(context)
+        self._slow(context)
+        return gnmi_pb2.CapabilityResponse(
+            supported_models=[
+                gnmi_pb2.ModelData(name=n, organization="OpenConfig working group", version=v)
+                for n, v in MODELS
+            ],
+            supported_encodings=[
+                gnmi_pb2.Encoding.Value("JSON_IETF"),
+                gnmi_pb2.Encoding.Value("JSON"),
+            ],
+            gNMI_version="0.8.0",
+        )
+
+    def Get(self, request: Any, context: Any) -> Any:  # noqa: N802
+        self._admit(context)
+        self._slow(context)
+        if request.encoding not in (
+            gnmi_pb2.Encoding.Value("JSON_IETF"),
+            gnmi_pb2.Encoding.Value("JSON"),
+        ):
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "only JSON_IETF and JSON encodings")
+        tree = self._tree("interfaces", "lldp", "system", "qos")
+        updates = []
+        for path in request.path:
+            text = "/" + "/".join(_names(path))
+            wanted = list(SUBTREES) if text == "/" else [text]
+            for sub in wanted:
+                if sub not in SUBTREES:
+                    context.abort(grpc.StatusCode.NOT_FOUND, f"path {text} is not served")
+                raw = self.emu.raw_answer(self.switch, sub)
+                val = (
+                    gnmi_pb2.TypedValue(json_ietf_val=raw)
+                    if raw is not None
+                    else _json(get_answer(tree, sub))
+                )
+                updates.append(
+                    gnmi_pb2.Update(
+                        path=_path(*[_elem(n) for n in sub.strip("/").split("/")]), val=val
+                    )
+                )
+        note = gnmi_pb2.Notification(timestamp=time.time_ns(), update=updates)
+        return gnmi_pb2.GetResponse(notification=[note])
+
+    # -- Subscribe --------------------------------------------------------------------------
+
+    def _subs(self, request: Any, context: Any) -> list[_Sub]:
+        subs = []
+        for s in request.subscription:
+            names = _names(s.path)
+            mode = gnmi_pb2.SubscriptionMode.Name(s.mode)
+            interval = max(0.05, s.sample_interval / 1e9) if s.sample_interval else 1.0
+            heartbeat = s.heartbeat_interval / 1e9 if s.heartbeat_interval else 0.0
+            if names[:2] == ["interfaces", "interface"] and names[2:] == ["state", "oper-status"]:
+                subs.append(_Sub("oper", interval, mode != "SAMPLE", heartbeat))
+            elif names[:2] == ["interfaces", "interface"] and names[2:4] == ["state", "counters"]:
+                subs.append(_Sub("counters", interval, False, 0.0))
+            elif names[:1] == ["qos"] and names[-1:] == ["ecn-marked-pkts"]:
+                subs.append(_Sub("ecn", interval, False, 0.0))
+            elif names == ["interfaces"]:
+                subs.append(_Sub("oper", interval, mode != "SAMPLE", heartbeat))
+                subs.append(_Sub("counters", interval, False, 0.0))
+            else:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"cannot subscribe to /{'/'.join(names)}")
+        return subs
+
+    def _notes(
+        self, kind: str, tree: dict[str, Any], only: set[str] | None = None
+    ) -> Iterator[Any]:
+        """Notifications of one kind: oper-status one per interface (prefix = the interface),
+        counters and ECN marks batched into one notification (prefix = the list's parent),
+        the two shapes devices use."""
+        now = time.time_ns()
+        if kind == "ecn":
+            updates = []
+            for entry in tree["qos"]["interfaces"]["interface"]:
+                queue = entry["output"]["queues"]["queue"][0]
+                path = _path(
+                    _elem("interface", {"interface-id": entry["interface-id"]}),
+                    _elem("output"),
+                    _elem("queues"),
+                    _elem("queue", {"name": ECN_QUEUE}),
+                    _elem("state"),
+                    _elem("ecn-marked-pkts"),
+                )
+                updates.append(
+                    gnmi_pb2.Update(path=path, val=_json(queue["state"]["ecn-marked-pkts"]))
+                )
+            prefix = _path(_elem("qos"), _elem("interfaces"))
+            yield gnmi_pb2.Notification(timestamp=now, prefix=prefix, update=updates)
+            return
+        batch = []
+        for entry in tree["interfaces"]["interface"]:
+            name = str(entry.get("name"))
+            if only is not None and name not in only:
+                continue
+            state = entry.get("state", {})
+            if kind == "oper":
+                prefix = _path(_elem("interfaces"), _elem("interface", {"name": name}))
+                leaf = _path(_elem("state"), _elem("oper-status"))
+                update = gnmi_pb2.Update(path=leaf, val=_json(state.get("oper-status")))
+                yield gnmi_pb2.Notification(timestamp=now, prefix=prefix, update=[update])
+                continue
+            counters = state.get("counters", {})
+            for leaf in COUNTER_LEAVES:
+                if leaf in counters:
+                    path = _path(
+                        _elem("interface", {"name": name}),
+                        _elem("state"),
+                        _elem("counters"),
+                        _elem(leaf),
+                    )
+                    batch.append(gnmi_pb2.Update(path=path, val=_json(counters[leaf])))
+        if batch:
+            prefix = _path(_elem("interfaces"))
+            yield gnmi_pb2.Notification(timestamp=now, prefix=prefix, update=batch)
+
+    def _all(self, subs: list[_Sub], tree: dict[str, Any]) -> Iterator[Any]:
+        for kind in dict.fromkeys(s.kind for s in subs):
+            for note in self._notes(kind, tree):
+                yield gnmi_pb2.SubscribeResponse(update=note)
+
+    def Subscribe(self, request_iterator: Iterator[Any], context: Any) -> Iterator[Any]:  # noqa: N802
+        self._admit(context)
+        first = next(request_iterator, None)
+        if first is None:
+            return
+        if not first.HasField("subscribe"):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first request must be subscribe")
+        request = first.subscribe
+        subs = self._subs(request, context)
+        mode = gnmi_pb2.SubscriptionList.Mode.Name(request.mode)
+        # The version is read before the state it stands for: a change in between is seen.
+        version = self.emu.version(self.switch)
+        tree = self._tree("interfaces", "qos")
+        yield from self._all(subs, tree)
+        yield gnmi_pb2.SubscribeResponse(sync_response=True)
+        if mode == "ONCE":
+            return
+        if mode == "POLL":
+            for req in request_iterator:
+                if req.HasField("poll"):
+                    yield from self._all(subs, self._tree("interfaces", "qos"))
+                    yield gnmi_pb2.SubscribeResponse(sync_response=True)
+            return
+        yield from self._stream(subs, context, tree, version)
+
+    def _stream(
+        self, subs: list[_Sub], context: Any, tree: dict[str, Any], version: int
+    ) -> Iterator[Any]:
+        """After the initial sync: changes of ``tree`` (at ``version``), and samples."""
+        context.add_callback(self.emu.poke)
+        # Switches do not sample in step: each starts at its own phase of the interval.
+        phase = (zlib.crc32(self.switch.encode()) % 1000) / 1000
+        start = time.monotonic()
+        for s in subs:
+            s.due = start + (s.heartbeat_s if s.on_change else s.interval_s * (0.5 + phase))
+        sent = {e["name"]: e["state"].get("oper-status") for e in tree["interfaces"]["interface"]}
+        on_change = any(s.on_change for s in subs)
+        while context.is_active():
+            due = [s.due for s in subs if not s.on_change or s.heartbeat_s]
+            wait = min([d - time.monotonic() for d in due] + [1.0])
+            seen = self.emu.wait_for_change(self.switch, version, max(0.0, wait))
+            if not context.is_active():
+                break
+            changed_state, version = seen != version, seen
+            if changed_state and on_change:
+                tree = self._tree("interfaces")
+                now_status = {
+                    e["name"]: e["state"].get("oper-status")
+                    for e in tree["interfaces"]["interface"]
+                }
+                changed = {n for n, v in now_status.items() if sent.get(n) != v}
+                sent = now_status
+                for note in self._notes("oper", tree, changed):
+                    yield gnmi_pb2.SubscribeResponse(update=note)
+            now = time.monotonic()
+            ready = [s for s in subs if (not s.on_change or s.heartbeat_s) and s.due <= now]
+            if ready:
+                tree = self._tree("interfaces", "qos")
+                for s in ready:
+                    s.due = now + (s.heartbeat_s if s.on_change else s.interval_s)
+                    for note in self._notes(s.kind, tree):
+                        yield gnmi_pb2.SubscribeResponse(update=note)
+
+
+class GnmiFabric:
+    """One emulated gNMI target per switch, on 127.0.0.1; a context manager."""
+
+    def __init__(
+        self,
+        emu: FabricEmulator,
+        *,
+        pki: Pki | None = None,
+        mutual_tls: bool = False,
+        credentials: tuple[str, str] | None = None,
+        switches: Iterable[str] | None = None,
+        numbers_from: Iterable[str] = (),
+    ) -> None:
+        self.emu = emu
+        self.pki = pki
+        self.mutual_tls = mutual_tls
+        self.credentials = credentials
+        self.switches = tuple(switches) if switches is not None else emu.switches
+        self.numbers_from = frozenset(numbers_from)
+        self.ports: dict[str, int] = {}
+        self._servers: dict[str, Any] = {}
+        self._executor: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> Self:
+        workers = 3 * len(self.switches) + 16  # two streams per switch, and unary calls
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gnmi-target")
+        try:
+            for switch in self.switches:
+                self._serve(switch, 0)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _serve(self, switch: str, port: int) -> None:
+        server = grpc.server(self._executor, options=[("grpc.so_reuseport", 0)])
+        target = EmulatedTarget(
+            self.emu, switch, credentials=self.credentials, as_numbers=switch in self.numbers_from
+        )
+        gnmi_pb2_grpc.add_gNMIServicer_to_server(target, server)
+        address = f"127.0.0.1:{port}"
+        if self.pki is not None:
+            bound = server.add_secure_port(
+                address, self.pki.server_credentials(mutual=self.mutual_tls)
+            )
+        else:
+            bound = server.add_insecure_port(address)
+        if not bound:
+            raise RuntimeError(f"cannot bind {address} for emulated target {switch}")
+        server.start()
+        self._servers[switch] = server
+        self.ports[switch] = bound
+
+    def kill(self, switch: str) -> None:
+        """Stop one target abruptly (its streams break); its port is kept for :meth:`revive`."""
+        server = self._servers.pop(switch)
+        server.stop(grace=None).wait(5)
+        self.emu.poke()
+
+    def revive(self, switch: str) -> None:
+        self._serve(switch, self.ports[switch])
+
+    def stop(self) -> None:
+        for switch in list(self._servers):
+            self._servers.pop(switch).stop(grace=None)
+        self.emu.poke()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    def targets_file(
+        self,
+        *,
+        tls: TlsConfig | None = None,
+        credentials: tuple[str, str] | None = None,
+        sample_interval_s: float = 0.2,
+        timeouts: Timeouts | None = None,
+    ) -> TargetsFile:
+        """A targets file for the driver: every served switch at 127.0.0.1:<its port>."""
+        if tls is None:
+            tls = (
+                self.pki.client_tls(TlsMode.MTLS if self.mutual_tls else TlsMode.TLS)
+                if self.pki
+                else TlsConfig(mode=TlsMode.INSECURE)
+            )
+        creds = None
+        if credentials is not None:
+            creds = GnmiCredentials.model_validate(
+                {"username": credentials[0], "password": credentials[1]}
+            )
+        options = GnmiOptions(tls=tls, credentials=creds, sample_interval_s=sample_interval_s)
+        return TargetsFile(
+            targets=tuple(
+                TargetConfig(
+                    name=s,
+                    address="127.0.0.1",
+                    gnmi=options.model_copy(update={"port": self.ports[s]}),
+                    timeouts=timeouts
+                    or Timeouts(connect_s=2.0, rpc_s=5.0, retry_initial_s=0.1, retry_max_s=1.0),
+                )
+                for s in self.switches
+            )
+        )

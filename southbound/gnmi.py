@@ -1,0 +1,446 @@
+"""The gNMI driver: one session per switch, Capabilities first, JSON_IETF always.
+
+Why this shape: a :class:`GnmiSession` is gnmic's ``Target``, one gRPC channel to one switch
+with its own credentials, TLS and deadlines. :meth:`GnmiSession.observe` asks for interfaces,
+LLDP neighbors and the hostname (one Get per subtree, so a target without ``/qos`` still
+answers the rest) and :meth:`GnmiSession.watch` keeps one Subscribe stream open: ON_CHANGE for
+oper-status (a link going down arrives in milliseconds) and SAMPLE for counters and ECN marks.
+
+It is built on pygnmi's generated gNMI stub, messages and path codec, not on its
+``gNMIclient``, because a controller needs what that class does not give: a deadline on every
+unary RPC (its Capabilities and Get block for ever on a slow target), TLS only with a CA we
+were given (it fetches and trusts the target's own certificate when none is given), JSON_IETF
+even when the target lists JSON first, no process-wide environment changes (it sets
+``GRPC_SSL_CIPHER_SUITES`` on a TLS timeout), and a subscription whose failures come back to
+the caller instead of dying in a background thread. Answers are decoded here and parsed by
+:mod:`southbound.openconfig`; a malformed leaf becomes a ``Problem``, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+from pygnmi.create_gnmi_path import gnmi_path_generator
+from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
+
+from southbound.driver_errors import (
+    CapabilityError,
+    TargetAuthError,
+    TargetConfigError,
+    TargetUnreachable,
+)
+from southbound.observed import (
+    CounterSample,
+    InterfaceCounters,
+    Observed,
+    OperChange,
+    Problem,
+    Protocol,
+    StreamSynced,
+    SwitchObservation,
+    WatchUpdate,
+)
+from southbound.openconfig import (
+    OcTree,
+    PathElem,
+    TreeError,
+    ecn_marks_of,
+    hostname_of,
+    interfaces_of,
+    neighbors_of,
+    path_text,
+    streamed_leaves,
+)
+from southbound.targets import TargetConfig, TlsConfig, TlsMode
+
+GET_PATHS = ("/interfaces", "/lldp/interfaces", "/system/state")
+QOS_PATH = "/qos/interfaces"
+OPER_STATUS_PATH = "/interfaces/interface/state/oper-status"
+COUNTERS_PATH = "/interfaces/interface/state/counters"
+ECN_PATH = "/qos/interfaces/interface/output/queues/queue/state/ecn-marked-pkts"
+EXPECTED_MODELS = ("openconfig-interfaces", "openconfig-lldp")
+
+
+class Capabilities(Observed):
+    """What a target said it supports."""
+
+    encodings: tuple[str, ...]
+    models: tuple[str, ...]
+    version: str
+
+    @property
+    def has_qos(self) -> bool:
+        return "openconfig-qos" in self.models
+
+
+def elems_of(path: Any) -> list[PathElem]:
+    """A gNMI ``Path`` message as ``[(name, keys), ...]``."""
+    return [(str(e.name), dict(e.key)) for e in path.elem]
+
+
+def decode_value(value: Any) -> Any:
+    """A ``TypedValue`` as Python data; JSON that does not parse raises ``ValueError``."""
+    kind = value.WhichOneof("value")
+    if kind in ("json_ietf_val", "json_val"):
+        raw = getattr(value, kind)
+        try:
+            return json.loads(raw.decode("utf-8")) if raw else None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{kind} is not JSON: {exc}") from None
+    if kind in ("string_val", "int_val", "uint_val", "bool_val", "double_val", "float_val"):
+        return getattr(value, kind)
+    if kind is None:
+        raise ValueError("the update has no value")
+    raise ValueError(f"encoding {kind} is not JSON_IETF")
+
+
+def _read(path: Path | None, target: str, what: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise TargetConfigError(
+            f"cannot read {what} {path}: {exc.strerror}", target=target
+        ) from None
+
+
+def _channel_credentials(tls: TlsConfig, target: str) -> Any:
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read(tls.ca_file, target, "ca_file"),
+        private_key=_read(tls.key_file, target, "key_file"),
+        certificate_chain=_read(tls.cert_file, target, "cert_file"),
+    )
+
+
+class GnmiSession:
+    """One gNMI session to one target. Thread-safe for ``cancel``; otherwise one user."""
+
+    def __init__(self, config: TargetConfig, *, wall: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.name = config.name
+        self._wall = wall
+        self._channel: Any = None
+        self._stub: Any = None
+        self._metadata: tuple[tuple[str, str], ...] = ()
+        self.capabilities: Capabilities | None = None
+        self._calls: list[Any] = []
+        self._lock = threading.Lock()
+        self._release = threading.Event()  # ends our half of a Subscribe stream
+        self._cancelled = threading.Event()
+        self.last_message_at: float | None = None
+
+    # -- connection -------------------------------------------------------------------------
+
+    def open(self) -> Capabilities:
+        """Open the channel and ask for Capabilities; refuses a target without JSON_IETF."""
+        cfg = self.config
+        tls = cfg.gnmi.tls or TlsConfig(mode=TlsMode.INSECURE)
+        host = f"[{cfg.address}]" if ":" in cfg.address else cfg.address
+        where = f"{host}:{cfg.gnmi.port}"
+        options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", 64 << 20)]
+        if tls.mode is TlsMode.INSECURE:
+            self._channel = grpc.insecure_channel(where, options=options)
+        else:
+            if tls.server_name:
+                options.append(("grpc.ssl_target_name_override", tls.server_name))
+            creds = _channel_credentials(tls, self.name)
+            self._channel = grpc.secure_channel(where, creds, options=options)
+        if cfg.gnmi.credentials is not None:
+            user, password = cfg.gnmi.credentials.resolve(self.name)
+            self._metadata = (("username", user), ("password", password))
+        self._stub = gnmi_pb2_grpc.gNMIStub(self._channel)
+        reply = self._unary(
+            "Capabilities",
+            gnmi_pb2.CapabilityRequest(),
+            cfg.timeouts.connect_s + cfg.timeouts.rpc_s,
+        )
+        encodings = tuple(gnmi_pb2.Encoding.Name(e) for e in reply.supported_encodings)
+        caps = Capabilities(
+            encodings=encodings,
+            models=tuple(m.name for m in reply.supported_models),
+            version=reply.gNMI_version,
+        )
+        if "JSON_IETF" not in encodings:
+            raise CapabilityError(
+                f"does not offer JSON_IETF encoding (offers {', '.join(encodings) or 'none'})",
+                target=self.name,
+            )
+        self.capabilities = caps
+        return caps
+
+    def _unary(self, method: str, request: Any, timeout: float) -> Any:
+        try:
+            return getattr(self._stub, method)(
+                request, timeout=timeout, metadata=self._metadata, wait_for_ready=False
+            )
+        except grpc.RpcError as exc:
+            raise self._error(method, exc, timeout) from None
+
+    def _error(self, method: str, exc: Any, timeout: float) -> Exception:
+        code = exc.code() if hasattr(exc, "code") else None
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            return TargetAuthError(f"{method} refused: {details}", target=self.name)
+        if code is grpc.StatusCode.UNIMPLEMENTED:
+            return CapabilityError(f"{method} is not implemented: {details}", target=self.name)
+        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            return TargetUnreachable(
+                f"no answer to {method} within {timeout:g} s", target=self.name
+            )
+        name = code.name if code is not None else "error"
+        return TargetUnreachable(f"{method} failed ({name}): {details}", target=self.name)
+
+    def close(self) -> None:
+        self.cancel()
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    def cancel(self) -> None:
+        """Stop a running :meth:`watch` (from any thread); a later ``watch`` returns at once."""
+        self._cancelled.set()
+        self._release.set()
+        with self._lock:
+            calls = list(self._calls)
+        for call in calls:
+            call.cancel()
+
+    # -- one round of questions -------------------------------------------------------------
+
+    def get(self, path: str) -> tuple[list[tuple[list[PathElem], Any]], list[Problem]]:
+        """Get one subtree as ``[(path elems, JSON value)]``; undecodable values are problems."""
+        request = gnmi_pb2.GetRequest(
+            path=[gnmi_path_generator(path)],
+            encoding=gnmi_pb2.Encoding.Value("JSON_IETF"),
+            type=gnmi_pb2.GetRequest.DataType.Value("ALL"),
+        )
+        reply = self._unary("Get", request, self.config.timeouts.rpc_s)
+        values: list[tuple[list[PathElem], Any]] = []
+        problems: list[Problem] = []
+        for note in reply.notification:
+            prefix = elems_of(note.prefix)
+            for update in note.update:
+                elems = prefix + elems_of(update.path)
+                try:
+                    values.append((elems, decode_value(update.val)))
+                except ValueError as exc:
+                    problems.append(
+                        Problem(target=self.name, path=path_text(elems), reason=str(exc))
+                    )
+        return values, problems
+
+    def observe(self) -> SwitchObservation:
+        """Interfaces, LLDP neighbors, hostname and (if offered) ECN marks, as one observation."""
+        if self.capabilities is None:
+            self.open()
+        assert self.capabilities is not None
+        paths = list(GET_PATHS) + ([QOS_PATH] if self.capabilities.has_qos else [])
+        tree = OcTree()
+        problems = [
+            Problem(target=self.name, path="capabilities", reason=f"model {m} is not listed")
+            for m in EXPECTED_MODELS
+            if m not in self.capabilities.models
+        ]
+        for path in paths:
+            values, bad = self.get(path)
+            problems.extend(bad)
+            for elems, value in values:
+                try:
+                    tree.add(elems, value)
+                except TreeError as exc:
+                    problems.append(
+                        Problem(target=self.name, path=path_text(elems), reason=str(exc))
+                    )
+        states, counters, bad_ifaces = interfaces_of(tree, self.name)
+        neighbors, bad_lldp = neighbors_of(tree, self.name)
+        marks, bad_ecn = ecn_marks_of(tree, self.name)
+        for name, value in marks.items():
+            base = counters.get(name, InterfaceCounters())
+            counters[name] = base.model_copy(update={"ecn_marked": value})
+        return SwitchObservation(
+            target=self.name,
+            protocol=Protocol.GNMI,
+            at=self._wall(),
+            hostname=hostname_of(tree),
+            interfaces=tuple(states),
+            neighbors=tuple(neighbors),
+            counters=counters,
+            problems=tuple(problems + bad_ifaces + bad_lldp + bad_ecn),
+        )
+
+    # -- staying current --------------------------------------------------------------------
+
+    def subscriptions(self) -> list[Any]:
+        """The SubscribeRequests: ON_CHANGE oper-status alone (few, urgent) and, on a stream
+        of its own, SAMPLE counters and ECN marks (many, bulk), so that a backlog of samples
+        never holds a status change back (head-of-line blocking)."""
+        opts = self.config.gnmi
+        interval = int(opts.sample_interval_s * 1e9)
+        status = gnmi_pb2.Subscription(
+            path=gnmi_path_generator(OPER_STATUS_PATH),
+            mode=gnmi_pb2.SubscriptionMode.Value("ON_CHANGE"),
+            # Without counters the status stream doubles as the liveness heartbeat.
+            heartbeat_interval=0 if opts.counters else interval,
+        )
+        groups = [[status]]
+        if opts.counters:
+            paths = [COUNTERS_PATH]
+            if opts.ecn and self.capabilities is not None and self.capabilities.has_qos:
+                paths.append(ECN_PATH)
+            sample = gnmi_pb2.SubscriptionMode.Value("SAMPLE")
+            groups.append(
+                [
+                    gnmi_pb2.Subscription(
+                        path=gnmi_path_generator(p), mode=sample, sample_interval=interval
+                    )
+                    for p in paths
+                ]
+            )
+        return [
+            gnmi_pb2.SubscribeRequest(
+                subscribe=gnmi_pb2.SubscriptionList(
+                    mode=gnmi_pb2.SubscriptionList.Mode.Value("STREAM"),
+                    encoding=gnmi_pb2.Encoding.Value("JSON_IETF"),
+                    subscription=subs,
+                )
+            )
+            for subs in groups
+        ]
+
+    def _requests(self, first: Any) -> Iterator[Any]:
+        yield first
+        # Keep our half of the stream open (some targets end a stream on half-close).
+        self._release.wait()
+
+    def watch(self, on_update: Callable[[WatchUpdate], None]) -> None:
+        """Stream updates to ``on_update`` until :meth:`cancel`; a broken stream raises
+        :class:`TargetUnreachable` (or :class:`TargetAuthError`). The sample stream is read
+        by a helper thread, so ``on_update`` is called from two threads."""
+        if self.capabilities is None:
+            self.open()
+        if self._cancelled.is_set():
+            return
+        calls = [
+            self._stub.Subscribe(self._requests(r), metadata=self._metadata)
+            for r in self.subscriptions()
+        ]
+        with self._lock:
+            self._calls = calls
+        if self._cancelled.is_set():  # cancel() ran before the calls were registered
+            for call in calls:
+                call.cancel()
+        self.last_message_at = time.monotonic()
+        failures: list[Exception] = []
+        helpers = [
+            threading.Thread(
+                target=self._pump,
+                args=(call, on_update, failures, False),
+                name=f"c4p-gnmi-samples-{self.name}",
+                daemon=True,
+            )
+            for call in calls[1:]
+        ]
+        for helper in helpers:
+            helper.start()
+        try:
+            self._pump(calls[0], on_update, failures, True)
+        finally:
+            self._release.set()
+            for call in calls:
+                call.cancel()
+            for helper in helpers:
+                helper.join(5)
+            with self._lock:
+                self._calls = []
+        if self._cancelled.is_set():
+            return
+        if failures:
+            raise failures[0]
+        raise TargetUnreachable("the target ended the Subscribe stream", target=self.name)
+
+    def _pump(
+        self,
+        call: Any,
+        on_update: Callable[[WatchUpdate], None],
+        failures: list[Exception],
+        report_sync: bool,
+    ) -> None:
+        """Read one stream until it ends; the first failure of any stream ends them all."""
+        try:
+            for response in call:
+                self.last_message_at = time.monotonic()
+                if response.HasField("sync_response"):
+                    if report_sync:
+                        on_update(StreamSynced(target=self.name, at=self._wall()))
+                elif response.HasField("update"):
+                    for update in self.updates_of(response.update):
+                        on_update(update)
+        except grpc.RpcError as exc:
+            if not self._cancelled.is_set() and not failures:
+                failures.append(self._error("Subscribe", exc, 0.0))
+        except Exception as exc:  # a consumer's error must not die silently in a thread
+            if not failures:
+                failures.append(
+                    TargetUnreachable(f"update handling failed: {exc!r}", target=self.name)
+                )
+        finally:
+            with self._lock:
+                calls = list(self._calls)
+            for other in calls:
+                other.cancel()
+
+    def updates_of(self, notification: Any) -> list[WatchUpdate]:
+        """One streamed notification as oper-status changes, counter samples and problems."""
+        at = notification.timestamp / 1e9 if notification.timestamp else self._wall()
+        prefix = elems_of(notification.prefix)
+        out: list[WatchUpdate] = []
+        pairs = []
+        for update in notification.update:
+            elems = prefix + elems_of(update.path)
+            try:
+                pairs.append((elems, decode_value(update.val)))
+            except ValueError as exc:
+                out.append(Problem(target=self.name, path=path_text(elems), reason=str(exc)))
+        fast, rest = streamed_leaves(self.name, at, pairs)
+        out.extend(fast)
+        if not rest:
+            return out
+        tree = OcTree()
+        for elems, value in rest:
+            try:
+                tree.add(elems, value)
+            except TreeError as exc:
+                out.append(Problem(target=self.name, path=path_text(elems), reason=str(exc)))
+        states, counters, bad = interfaces_of(tree, self.name)
+        marks, bad_ecn = ecn_marks_of(tree, self.name)
+        out.extend(bad + bad_ecn)
+        for state in states:
+            out.append(
+                OperChange(
+                    target=self.name, interface=state.name, oper_status=state.oper_status, at=at
+                )
+            )
+        for name, value in marks.items():
+            counters[name] = counters.get(name, InterfaceCounters()).model_copy(
+                update={"ecn_marked": value}
+            )
+        for name, sample in counters.items():
+            out.append(CounterSample(target=self.name, interface=name, counters=sample, at=at))
+        return out
+
+
+class GnmiDriver:
+    """The ``gnmi`` driver: sessions share nothing, each has its own channel."""
+
+    def session(self, config: TargetConfig) -> GnmiSession:
+        return GnmiSession(config)
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,443 @@
+"""OpenConfig JSON_IETF (RFC 7951) answers -> typed models -> :mod:`southbound.observed`.
+
+Why a parser of our own: a gNMI target may answer a Get for ``/interfaces`` with one update
+holding the whole container, one update per interface, or one per leaf; members may carry
+module prefixes (``openconfig-interfaces:interface``), identities too
+(``openconfig-if-ethernet:SPEED_400GB``), and 64-bit counters are strings (RFC 7951) or
+numbers (many devices). So every (path, value) pair is first merged into one normalized tree
+(prefixes stripped, keyed lists turned into mappings by their key), and only then validated,
+one list entry at a time, with pydantic models. A bad entry becomes a
+:class:`~southbound.observed.Problem` naming the target and the exact path; its neighbors in
+the answer are still used. Models ignore leaves they do not know: devices add many.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from southbound.observed import (
+    CounterSample,
+    InterfaceCounters,
+    InterfaceState,
+    LldpNeighbor,
+    NeighborKind,
+    OperChange,
+    Problem,
+)
+
+PathElem = tuple[str, Mapping[str, str]]
+"""One element of a gNMI path: its name (module prefix stripped) and its keys."""
+
+LIST_KEYS: Mapping[str, tuple[str, ...]] = {
+    "interface": ("name", "interface-id"),
+    "neighbor": ("id",),
+    "queue": ("name",),
+    "capability": ("name",),
+}
+"""Keyed lists c4p reads, and the key leaf of their entries."""
+
+_SPEED_RE = re.compile(r"^SPEED_(\d+)(MB|GB)$")
+
+
+def strip_module(name: str) -> str:
+    """``openconfig-interfaces:interface`` -> ``interface``."""
+    return name.rsplit(":", 1)[-1] if ":" in name else name
+
+
+def path_text(elems: Iterable[PathElem]) -> str:
+    """``/interfaces/interface[name=Ethernet1]/state`` for messages and problems."""
+    out = ""
+    for name, keys in elems:
+        out += "/" + name + "".join(f"[{k}={v}]" for k, v in sorted(keys.items()))
+    return out or "/"
+
+
+def _counter64(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("a counter, not a boolean")
+    if isinstance(value, str):
+        if not value.isdigit():
+            raise ValueError(f"{value!r} is not a 64-bit counter")
+        value = int(value)
+    if isinstance(value, int) and not 0 <= value < 2**64:
+        raise ValueError(f"{value} is out of the 64-bit counter range")
+    if not isinstance(value, int):
+        raise ValueError(f"{value!r} is not a 64-bit counter")
+    return value
+
+
+def speed_gbps(identity: str) -> float | None:
+    """``openconfig-if-ethernet:SPEED_400GB`` -> 400.0; ``SPEED_UNKNOWN`` -> None."""
+    name = strip_module(identity)
+    if name == "SPEED_UNKNOWN":
+        return None
+    match = _SPEED_RE.match(name)
+    if not match:
+        raise ValueError(f"{identity!r} is not an OpenConfig ETHERNET_SPEED")
+    number = int(match.group(1))
+    return number / 1000 if match.group(2) == "MB" else float(number)
+
+
+def _speed(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not an OpenConfig ETHERNET_SPEED")
+    return speed_gbps(value)
+
+
+Counter64 = Annotated[int, BeforeValidator(_counter64)]
+Speed = Annotated[float | None, BeforeValidator(_speed)]
+
+
+class OperStatus(StrEnum):
+    """``openconfig-interfaces`` oper-status values."""
+
+    UP = "UP"
+    DOWN = "DOWN"
+    TESTING = "TESTING"
+    UNKNOWN = "UNKNOWN"
+    DORMANT = "DORMANT"
+    NOT_PRESENT = "NOT_PRESENT"
+    LOWER_LAYER_DOWN = "LOWER_LAYER_DOWN"
+
+
+class Oc(BaseModel):
+    """Base of the OpenConfig models: hyphenated aliases, unknown leaves ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+class OcCounters(Oc):
+    in_octets: Counter64 | None = Field(default=None, alias="in-octets")
+    out_octets: Counter64 | None = Field(default=None, alias="out-octets")
+    in_errors: Counter64 | None = Field(default=None, alias="in-errors")
+    out_errors: Counter64 | None = Field(default=None, alias="out-errors")
+    in_discards: Counter64 | None = Field(default=None, alias="in-discards")
+    out_discards: Counter64 | None = Field(default=None, alias="out-discards")
+
+    def observed(self) -> InterfaceCounters:
+        return InterfaceCounters(**self.model_dump())
+
+
+class OcInterfaceState(Oc):
+    oper_status: OperStatus | None = Field(default=None, alias="oper-status")
+    counters: OcCounters | None = None
+
+
+class OcEthernetState(Oc):
+    port_speed: Speed = Field(default=None, alias="port-speed")
+
+
+class OcEthernet(Oc):
+    state: OcEthernetState | None = None
+
+
+class OcInterface(Oc):
+    name: str = Field(min_length=1)
+    state: OcInterfaceState | None = None
+    ethernet: OcEthernet | None = None
+
+
+class OcCapabilityState(Oc):
+    enabled: bool = False
+
+
+class OcCapability(Oc):
+    state: OcCapabilityState | None = None
+
+
+class OcCapabilities(Oc):
+    capability: dict[str, OcCapability] = Field(default_factory=dict)
+
+
+class OcNeighborState(Oc):
+    system_name: str = Field(alias="system-name", min_length=1)
+    port_id: str = Field(alias="port-id", min_length=1)
+    chassis_id: str = Field(default="", alias="chassis-id")
+    port_description: str = Field(default="", alias="port-description")
+    management_address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = Field(
+        default=None, alias="management-address"
+    )
+
+
+class OcNeighbor(Oc):
+    state: OcNeighborState
+    capabilities: OcCapabilities | None = None
+
+    def kind(self) -> NeighborKind:
+        if self.capabilities is None or not self.capabilities.capability:
+            return NeighborKind.UNKNOWN
+        enabled = {
+            strip_module(name)
+            for name, cap in self.capabilities.capability.items()
+            if cap.state is not None and cap.state.enabled
+        }
+        if enabled & {"MAC_BRIDGE", "ROUTER", "TWO_PORT_MAC_RELAY"}:
+            return NeighborKind.SWITCH
+        return NeighborKind.HOST
+
+
+class OcLldpNeighbors(Oc):
+    neighbor: dict[str, OcNeighbor] = Field(default_factory=dict)
+
+
+# -- the normalized tree --------------------------------------------------------------------
+
+
+class TreeError(ValueError):
+    """A value that cannot be placed in the tree (e.g. a list entry without its key)."""
+
+
+def normalize(value: Any, *, member: str = "") -> Any:
+    """Strip module prefixes from members; keyed lists become ``{key value: entry}``."""
+    if isinstance(value, Mapping):
+        return {
+            strip_module(str(k)): normalize(v, member=strip_module(str(k)))
+            for k, v in value.items()
+        }
+    if isinstance(value, list) and member in LIST_KEYS:
+        out: dict[str, Any] = {}
+        for position, entry in enumerate(value):
+            entry = normalize(entry)
+            if not isinstance(entry, dict):
+                raise TreeError(f"{member}[{position}] is not an object")
+            key = next((entry[k] for k in LIST_KEYS[member] if k in entry), None)
+            if key is None:
+                raise TreeError(f"{member}[{position}] has no key {'/'.join(LIST_KEYS[member])}")
+            out[str(key)] = entry
+        return out
+    if isinstance(value, list):
+        return [normalize(v) for v in value]
+    return value
+
+
+def _merge_into(node: dict[str, Any], key: str, value: Any) -> None:
+    if isinstance(value, dict) and isinstance(node.get(key), dict):
+        for k, v in value.items():
+            _merge_into(node[key], k, v)
+    else:
+        node[key] = value
+
+
+class OcTree:
+    """A normalized tree assembled from the (path, JSON value) pairs of one answer."""
+
+    def __init__(self) -> None:
+        self.root: dict[str, Any] = {}
+
+    def add(self, elems: list[PathElem], value: Any) -> None:
+        """Place ``value`` at ``elems``; raises :class:`TreeError` if the shapes clash."""
+        node = self.root
+        steps = [(strip_module(name), dict(keys)) for name, keys in elems]
+        if not steps:
+            if not isinstance(value, Mapping):
+                raise TreeError("a value at the root must be an object")
+            for k, v in normalize(value).items():
+                _merge_into(self.root, k, v)
+            return
+        for position, (name, keys) in enumerate(steps):
+            last = position == len(steps) - 1
+            if keys:
+                table = node.setdefault(name, {})
+                if not isinstance(table, dict):
+                    raise TreeError(f"{name} is not a list here")
+                key_value = next(iter(keys.values())) if len(keys) == 1 else "|".join(keys.values())
+                entry = table.setdefault(key_value, dict(keys))
+                if not isinstance(entry, dict):
+                    raise TreeError(f"{name}[{key_value}] is not an object")
+                if last:
+                    if not isinstance(value, Mapping):
+                        raise TreeError(f"{name}[{key_value}] must be an object")
+                    for k, v in normalize(value).items():
+                        _merge_into(entry, k, v)
+                node = entry
+            elif last:
+                _merge_into(node, name, normalize(value, member=name))
+            else:
+                child = node.setdefault(name, {})
+                if not isinstance(child, dict):
+                    raise TreeError(f"{name} is a leaf, not a container")
+                node = child
+
+    def get(self, *names: str) -> Any:
+        node: Any = self.root
+        for name in names:
+            if not isinstance(node, dict) or name not in node:
+                return None
+            node = node[name]
+        return node
+
+
+def _problems(target: str, where: str, error: ValidationError) -> list[Problem]:
+    out = []
+    for err in error.errors():
+        loc = "/".join(str(p) for p in err["loc"])
+        shown = repr(err.get("input"))
+        reason = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] != "missing" and len(shown) <= 60:
+            reason += f" (got {shown})"
+        out.append(Problem(target=target, path=f"{where}/{loc}" if loc else where, reason=reason))
+    return out
+
+
+def _entries(target: str, table: Any, where: str) -> tuple[dict[str, Any], list[Problem]]:
+    if table is None:
+        return {}, []
+    if not isinstance(table, dict):
+        return {}, [Problem(target=target, path=where, reason="expected a list of entries")]
+    return table, []
+
+
+def interfaces_of(
+    tree: OcTree, target: str
+) -> tuple[list[InterfaceState], dict[str, InterfaceCounters], list[Problem]]:
+    """Interfaces (state, speed) and their counters from ``/interfaces``."""
+    table, problems = _entries(target, tree.get("interfaces", "interface"), "/interfaces")
+    states: list[InterfaceState] = []
+    counters: dict[str, InterfaceCounters] = {}
+    for name, entry in table.items():
+        where = f"/interfaces/interface[name={name}]"
+        if not isinstance(entry, dict):
+            problems.append(Problem(target=target, path=where, reason="expected an object"))
+            continue
+        try:
+            iface = OcInterface.model_validate(entry)
+        except ValidationError as exc:
+            problems.extend(_problems(target, where, exc))
+            continue
+        state = iface.state
+        if state is not None and state.counters is not None:
+            counters[iface.name] = state.counters.observed()
+        if state is None or state.oper_status is None:
+            continue  # a counters-only or config-only entry
+        speed = iface.ethernet.state.port_speed if iface.ethernet and iface.ethernet.state else None
+        states.append(
+            InterfaceState(name=iface.name, oper_status=state.oper_status.value, speed_gbps=speed)
+        )
+    return states, counters, problems
+
+
+def neighbors_of(tree: OcTree, target: str) -> tuple[list[LldpNeighbor], list[Problem]]:
+    """LLDP neighbors from ``/lldp/interfaces``."""
+    table, problems = _entries(target, tree.get("lldp", "interfaces", "interface"), "/lldp")
+    found: list[LldpNeighbor] = []
+    for name, entry in table.items():
+        where = f"/lldp/interfaces/interface[name={name}]/neighbors"
+        raw = entry.get("neighbors") if isinstance(entry, dict) else None
+        if raw is None:
+            continue
+        try:
+            neighbors = OcLldpNeighbors.model_validate(raw)
+        except ValidationError as exc:
+            problems.extend(_problems(target, where, exc))
+            continue
+        for neighbor in neighbors.neighbor.values():
+            st = neighbor.state
+            address = st.management_address
+            found.append(
+                LldpNeighbor(
+                    local_interface=name,
+                    system_name=st.system_name,
+                    port_id=st.port_id,
+                    chassis_id=st.chassis_id,
+                    port_description=st.port_description,
+                    mgmt_address=address if isinstance(address, ipaddress.IPv4Address) else None,
+                    kind=neighbor.kind(),
+                )
+            )
+    return found, problems
+
+
+def _child(node: Any, *names: str) -> Any:
+    for name in names:
+        node = node.get(name) if isinstance(node, dict) else None
+    return node
+
+
+def ecn_marks_of(tree: OcTree, target: str) -> tuple[dict[str, int], list[Problem]]:
+    """ECN-marked packets per interface, summed over its output queues (``/qos``)."""
+    table, problems = _entries(target, tree.get("qos", "interfaces", "interface"), "/qos")
+    marks: dict[str, int] = {}
+    for name, entry in table.items():
+        queues = _child(entry, "output", "queues", "queue")
+        if not isinstance(queues, dict):
+            continue
+        total = 0
+        for qname, queue in queues.items():
+            value = _child(queue, "state", "ecn-marked-pkts")
+            if value is None:
+                continue
+            try:
+                total += _counter64(value)
+            except ValueError as exc:
+                where = (
+                    f"/qos/interfaces/interface[interface-id={name}]/output/queues"
+                    f"/queue[name={qname}]/state/ecn-marked-pkts"
+                )
+                problems.append(Problem(target=target, path=where, reason=str(exc)))
+        marks[name] = total
+    return marks, problems
+
+
+def hostname_of(tree: OcTree) -> str | None:
+    for section in ("state", "config"):
+        value = tree.get("system", section, "hostname")
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+_COUNTER_FIELDS = {
+    "in-octets": "in_octets",
+    "out-octets": "out_octets",
+    "in-errors": "in_errors",
+    "out-errors": "out_errors",
+    "in-discards": "in_discards",
+    "out-discards": "out_discards",
+}
+_OPER_VALUES = frozenset(s.value for s in OperStatus)
+
+
+def streamed_leaves(
+    target: str, at: float, pairs: list[tuple[list[PathElem], Any]]
+) -> tuple[list[OperChange | CounterSample], list[tuple[list[PathElem], Any]]]:
+    """The fast path for what a stream carries most: one leaf per update (oper-status, a
+    counter, ECN marks of a queue). Valid leaves become updates directly; everything else
+    (containers, bad values) is returned for the general parser, which reports problems."""
+    out: list[OperChange | CounterSample] = []
+    rest: list[tuple[list[PathElem], Any]] = []
+    counters: dict[str, dict[str, int]] = {}
+    marks: dict[str, int] = {}
+    for elems, value in pairs:
+        names = [strip_module(n) for n, _ in elems]
+        try:
+            if names[:3] == ["interfaces", "interface", "state"] and "name" in elems[1][1]:
+                iface = elems[1][1]["name"]
+                if names[3:] == ["oper-status"] and value in _OPER_VALUES:
+                    out.append(OperChange(target=target, interface=iface, oper_status=value, at=at))
+                    continue
+                if len(names) == 5 and names[3] == "counters" and names[4] in _COUNTER_FIELDS:
+                    counters.setdefault(iface, {})[_COUNTER_FIELDS[names[4]]] = _counter64(value)
+                    continue
+            if names[:3] == ["qos", "interfaces", "interface"] and names[-1] == "ecn-marked-pkts":
+                queue_of = elems[2][1].get("interface-id")
+                if queue_of is not None:
+                    marks[queue_of] = marks.get(queue_of, 0) + _counter64(value)
+                    continue
+        except (ValueError, TypeError):
+            pass
+        rest.append((elems, value))
+    for iface, values in counters.items():
+        sample = InterfaceCounters(**values)
+        if iface in marks:
+            sample = sample.model_copy(update={"ecn_marked": marks.pop(iface)})
+        out.append(CounterSample(target=target, interface=iface, counters=sample, at=at))
+    for iface, value in marks.items():
+        counters_only = InterfaceCounters(ecn_marked=value)
+        out.append(CounterSample(target=target, interface=iface, counters=counters_only, at=at))
+    return out, rest
