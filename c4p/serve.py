@@ -11,8 +11,10 @@ Security rules enforced here: plaintext gRPC only on a loopback address (develop
 needs a certificate and key; ``mtls`` also a client CA; the admin credential comes from an
 environment variable or a file (a literal ``admin_token`` is accepted for tests and demos).
 
-The fabric comes from a file for now (``fabric.source: file``); discovery over gNMI/SNMP will
-be another source feeding the same seam (:meth:`c4p.controller.loop.ControllerLoop.observe_link`).
+The fabric comes from a file (``fabric.source: file``) or from discovery (``gnmi`` / ``snmp``:
+the switches of a targets file are asked at start-up, then their streams' link events feed
+:meth:`c4p.controller.loop.ControllerLoop.observe_link`; see :mod:`c4p.service.runtime`). The
+targets file is read and checked here too, so a bad one stops ``c4p serve`` before it binds.
 """
 
 from __future__ import annotations
@@ -23,16 +25,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from c4p.controller.intake import IntakeLimits
 from c4p.controller.loop import LoopSettings
 from c4p.controller.reconcile import PlannerSettings
 from c4p.controller.triggers import FlapSettings
-from c4p.files import load_model
+from c4p.files import load_model, read_text
 from c4p.service.access import RateSettings
 from c4p.store.sqlite import Synchronous
+from southbound.targets import DriverName, FabricSource, TargetsFile
 from topology.errors import FabricFileError
+from topology.formats import TextFormat, parse_data, problems_of
 
 LOOPBACK_NAMES = ("localhost",)
 
@@ -58,9 +62,44 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class FabricConfig(Strict):
-    source: Literal["file"] = Field(default="file", description="Where the fabric comes from.")
-    path: Path = Field(description="Fabric file (YAML/JSON), relative to this config file.")
+FabricConfig = FabricSource
+"""``fabric:``: ``source: file`` with ``path``, or ``source: gnmi | snmp`` with ``targets``."""
+
+
+def load_targets(fabric: FabricSource) -> TargetsFile:
+    """The targets file of a discovery source; ``fabric.source`` is the driver of the targets
+    that name none (``defaults.driver`` and a target's own ``driver`` win), and certificate
+    paths are relative to the file."""
+    assert fabric.targets is not None
+    name = str(fabric.targets)
+    data = parse_data(read_text(fabric.targets), TextFormat.for_name(fabric.targets), name)
+    if isinstance(data, dict) and isinstance(data.get("defaults") or {}, dict):
+        defaults = dict(data.get("defaults") or {})
+        if defaults.get("driver") is None:
+            defaults["driver"] = fabric.source
+        data = {**data, "defaults": defaults}
+    try:
+        targets = TargetsFile.model_validate(data)
+    except ValidationError as exc:
+        raise FabricFileError(name, problems_of(exc)) from None
+    return targets.anchored(fabric.targets.parent)
+
+
+def _targets_problems(fabric: FabricSource) -> list[tuple[str, str]]:
+    """A discovery source's targets file: readable, valid, its TLS files there."""
+    try:
+        targets = load_targets(fabric)
+    except FabricFileError as exc:
+        return [("fabric.targets", line) for line in str(exc).splitlines()]
+    found: list[tuple[str, str]] = []
+    for i, target in enumerate(targets.targets):
+        tls = target.gnmi.tls if target.driver is DriverName.GNMI else None
+        for key in ("ca_file", "cert_file", "key_file"):
+            path = getattr(tls, key, None)
+            if path is not None and not Path(path).is_file():
+                where = f"fabric.targets: targets[{i}] ({target.name}).gnmi.tls.{key}"
+                found.append((where, f"no such file: {path}"))
+    return found
 
 
 class ListenConfig(Strict):
@@ -197,7 +236,12 @@ class ServeConfig(Strict):
         tls = self.tls
         return self.model_copy(
             update={
-                "fabric": self.fabric.model_copy(update={"path": fix(self.fabric.path)}),
+                "fabric": self.fabric.model_copy(
+                    update={
+                        k: fix(getattr(self.fabric, k)) or getattr(self.fabric, k)
+                        for k in ("path", "targets", "declared")
+                    }
+                ),
                 "store": self.store.model_copy(update={"path": fix(self.store.path)}),
                 "tls": tls.model_copy(
                     update={
@@ -217,12 +261,15 @@ class ServeConfig(Strict):
     def problems(self) -> list[tuple[str, str]]:
         """What cannot be used as configured: missing files, unresolvable secrets."""
         found: list[tuple[str, str]] = []
-        files = [("fabric.path", self.fabric.path)] + [
+        files = [(f"fabric.{k}", getattr(self.fabric, k)) for k in ("path", "targets", "declared")]
+        files += [
             (f"tls.{k}", getattr(self.tls, k)) for k in ("cert_file", "key_file", "client_ca_file")
         ]
         for where, path in files:
             if path is not None and not Path(path).is_file():
                 found.append((where, f"no such file: {path}"))
+        if self.fabric.discovered and self.fabric.targets and Path(self.fabric.targets).is_file():
+            found += _targets_problems(self.fabric)
         for group in ("admin", "registration"):
             for i, secret in enumerate(getattr(self.auth, group)):
                 try:

@@ -55,7 +55,7 @@ def serve(
         if ready_file is not None:
             write_text(ready_file, address + "\n")
 
-    run(settings, ready)
+    guarded(lambda: run(settings, ready))  # discovery may refuse to start
 
 
 serve_app.command()(serve)  # alone, a one-command app runs it directly

@@ -369,19 +369,43 @@ def diff_targets(
 class FabricSource(Strict):
     """Where the controller gets its fabric (``c4p serve`` config ``fabric:``).
 
-    ``file``: a declared fabric file (offline). ``discovery``: ask the switches listed in
-    ``targets``; ``declared`` optionally fills what switches cannot tell (addresses, roles).
+    ``file``: a declared fabric file (``path``). ``gnmi`` / ``snmp``: discovered from the
+    switches listed in ``targets`` (the source is the driver of targets that name none), then
+    kept current from their streams; ``declared`` optionally fills what switches cannot tell
+    (addresses, roles, drained links) and ``nic_network`` gives the rest of the NIC ports one.
     """
 
-    source: Literal["file", "discovery"]
-    path: Path | None = None
-    targets: Path | None = None
-    declared: Path | None = None
+    source: Literal["file", "gnmi", "snmp"] = Field(
+        default="file", description="Where the fabric comes from."
+    )
+    path: Path | None = Field(default=None, description="source file: the fabric file.")
+    targets: Path | None = Field(default=None, description="source gnmi/snmp: the targets file.")
+    declared: Path | None = Field(
+        default=None, description="source gnmi/snmp: a fabric file for hints (optional)."
+    )
+    nic_network: ipaddress.IPv4Network | None = Field(
+        default=None, description="source gnmi/snmp: addresses for NIC ports nobody gives one."
+    )
+    name: Name | None = Field(default=None, description="Name of the discovered fabric.")
+    attempts: int = Field(default=2, ge=1, le=10, description="Discovery tries per target.")
 
     @model_validator(mode="after")
     def _complete(self) -> Self:
-        if self.source == "file" and self.path is None:
-            raise ValueError("source file needs path")
-        if self.source == "discovery" and self.targets is None:
-            raise ValueError("source discovery needs targets (a targets file)")
+        if self.source == "file":
+            if self.path is None:
+                raise ValueError("source file needs path (a fabric file)")
+            extra = [k for k in ("targets", "declared", "nic_network") if getattr(self, k)]
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: only for source gnmi or snmp")
+        else:
+            if self.targets is None:
+                raise ValueError(f"source {self.source} needs targets (a targets file)")
+            if self.path is not None:
+                raise ValueError(
+                    f"path: not for source {self.source} (give a declared fabric as declared)"
+                )
         return self
+
+    @property
+    def discovered(self) -> bool:
+        return self.source != "file"

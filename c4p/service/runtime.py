@@ -15,6 +15,13 @@ service nobody runs. Order matters and is the same everywhere:
 The seam for discovery: :meth:`ServiceRuntime.follow_link_events` pumps a fabric source's
 events (``southbound.events.EventQueue.get`` is one: a blocking ``get(timeout)``) into the
 reconcile loop on a thread of its own; only link events are taken, anything else is skipped.
+
+With ``fabric.source: gnmi | snmp`` the runtime uses it itself: before the store is opened, a
+:class:`southbound.fleet.Fleet` over the targets file discovers the fabric once (refusing to
+start if no target answers); the state is built on that fabric; :meth:`ServiceRuntime.start`
+starts the fleet's subscriptions and follows its events; :meth:`ServiceRuntime.stop` stops the
+fleet first. Link status changes are followed; wiring changes (a new or moved cable) are not
+folded into a running controller yet: they need a restart.
 """
 
 from __future__ import annotations
@@ -38,13 +45,18 @@ from c4p.controller.loop import ControllerLoop, LinkEventLike
 from c4p.controller.reconcile import PortSourceFactory, Reconciler, StepOutcome
 from c4p.controller.state import ControllerState
 from c4p.files import load_fabric
-from c4p.serve import ServeConfig, split_address
+from c4p.serve import ServeConfig, load_targets, split_address
 from c4p.service import admin, flow_intent
 from c4p.service.access import Guard, RateLimiter
 from c4p.service.flow_intent import StreamHub
 from c4p.service.rpc import Gate
 from c4p.service.telemetry import Metrics
 from c4p.store.sqlite import SqliteStore
+from southbound.events import EventQueue, TargetHealth
+from southbound.fleet import Fleet
+from southbound.targets import FabricSource
+from topology.errors import FabricFileError
+from topology.generators.common import AddressPlan
 from topology.model import Fabric
 
 log = logging.getLogger("c4p.service")
@@ -77,7 +89,15 @@ class ServiceRuntime:
     ) -> None:
         self.config = config
         self.clock = clock
-        self.fabric = fabric or load_fabric(config.fabric.path)
+        self.fleet: Fleet | None = None
+        self._fleet_events = EventQueue()
+        if fabric is None:
+            if config.fabric.discovered:
+                fabric = self._discover(config.fabric)
+            else:
+                assert config.fabric.path is not None
+                fabric = load_fabric(config.fabric.path)
+        self.fabric = fabric
         self.store = SqliteStore(config.store.path, config.store.synchronous)
         self.state = ControllerState(
             self.fabric,
@@ -127,6 +147,44 @@ class ServiceRuntime:
         self._metrics_server: Any = None  # prometheus_client's WSGIServer
         self.metrics.active_jobs.set(len(self.state.jobs))
         self.metrics.epoch.set(self.state.epoch)
+
+    def _discover(self, source: FabricSource) -> Fabric:
+        """Ask every target once; keep the fleet (not yet watching) for :meth:`start`."""
+        assert source.targets is not None
+        declared = load_fabric(source.declared) if source.declared is not None else None
+        plan = None
+        if source.nic_network is not None:
+            plan = AddressPlan.model_validate({"nic_network": source.nic_network})
+        fleet = Fleet(
+            load_targets(source),
+            sink=self._fleet_events,
+            declared=declared,
+            address_plan=plan,
+            name=source.name,
+        )
+        result = fleet.discover(attempts=source.attempts)
+        status = fleet.status()
+        live = [n for n, s in status.items() if s.health is TargetHealth.LIVE]
+        if not live:
+            raise FabricFileError(
+                str(source.targets),
+                [(f"targets {n}", s.last_error or s.health.value) for n, s in status.items()],
+            )
+        self._fleet_events.drain()  # the snapshot already holds what discovery saw
+        self.fleet = fleet
+        log.info(
+            "discovered",
+            extra={
+                "event": "discovered",
+                "source": source.source,
+                "targets": len(status),
+                "unreached": sorted(set(status) - set(live)),
+                "switches": len(result.fabric.switches),
+                "links": len(result.fabric.links),
+                "problems": len(result.problems),
+            },
+        )
+        return result.fabric
 
     def _after_step(self, outcome: StepOutcome) -> None:
         d = outcome.decision
@@ -196,6 +254,9 @@ class ServiceRuntime:
             httpd, _ = start_http_server(m_port, m_host, registry=self.metrics.registry)
             self._metrics_server = httpd
             self.metrics_address = f"{m_host}:{httpd.server_address[1]}"
+        if self.fleet is not None:  # last: a failed bind above leaves no session open
+            self.fleet.start()
+            self.follow_link_events(self._fleet_events.get)
         log.info(
             "serving",
             extra={
@@ -224,6 +285,8 @@ class ServiceRuntime:
 
     async def stop(self) -> None:
         self._stopping.set()
+        if self.fleet is not None:
+            await asyncio.to_thread(self.fleet.stop)
         for pump in self._pumps:
             await asyncio.to_thread(pump.join, 5.0)
         await self.health.enter_graceful_shutdown()
