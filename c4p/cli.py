@@ -20,11 +20,10 @@ from rich.console import Console
 
 from c4p import report
 from c4p.discover_cli import fabric_discover
-from c4p.errors import C4pError
+from c4p.errors import C4pError, SolverError, SouthboundError, TopologyError
 from c4p.files import load_fabric, load_model, save_fabric, save_model, write_json, write_text
 from c4p.serve_cli import serve
 from solver.ecmp import ecmp_paths
-from solver.errors import SolverError
 from solver.evaluate import Evaluation, evaluate
 from solver.jobs import JobsFile
 from solver.patterns import derive_workload
@@ -36,7 +35,6 @@ from southbound.bindings import bindings_for_paths
 from southbound.routes import routes_from_flows
 from southbound.verify import verify
 from topology.analysis import summarize
-from topology.errors import TopologyError
 from topology.formats import problems_of
 from topology.generators import GENERATORS, generate, sized_for_gpus
 from topology.model import Fabric, LinkStatus
@@ -73,7 +71,7 @@ def guarded(func: Callable[[], T]) -> T:
     """Run a command body, turning every user-caused error into a clear message and exit 2."""
     try:
         return func()
-    except (TopologyError, SolverError, C4pError) as exc:
+    except (TopologyError, SolverError, SouthboundError, C4pError) as exc:
         _fail(str(exc))
     except ValidationError as exc:
         _fail("; ".join(f"{p}: {r}" if p else r for p, r in problems_of(exc)))
