@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit clean stubs
+.PHONY: demo test lint typecheck unit clean stubs sysdeps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,13 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest
 
+# Debian packages for the real-world tests (netns lab, FRR, lldpd, snmpd, etcd, libibverbs):
+# installed when running as root, else listed (and the tests that need them skip).
+sysdeps:
+	@scripts/system-deps
+
 # Each step runs even if an earlier one fails, and the target fails if any did.
-test: $(STAMP)
+test: $(STAMP) sysdeps
 	@status=0; \
 	$(MAKE) --no-print-directory lint || status=1; \
 	$(MAKE) --no-print-directory typecheck || status=1; \

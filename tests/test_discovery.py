@@ -15,7 +15,7 @@ from fixtures_fabric_emulator import serve_gnmi, small_fabric
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from c4p.discover_cli import discover_app
+from c4p.cli.discover import discover_app
 from c4p.files import load_fabric, save_fabric
 from c4p.testing.dataplane import FabricEmulator
 from southbound.discovery import build_fabric

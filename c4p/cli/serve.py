@@ -1,9 +1,9 @@
 """``c4p serve``: run the controller service (a typer sub-app the main CLI registers).
 
-Why a module of its own: ``c4p/cli.py`` holds the offline commands and imports no gRPC; the
+Why gRPC is imported late: the offline commands import no gRPC; the
 service pulls in grpc, prometheus and the store (imported inside :func:`serve`, so registering
 the command costs nothing). The main CLI registers it with ``app.command("serve")(serve)``. It is
-also runnable alone (``python -m c4p.serve_cli --config FILE``), which tests use to run the
+also runnable alone (``python -m c4p.cli.serve --config FILE``), which tests use to run the
 service as a real process.
 
 The config is loaded and checked before anything starts; a bad one exits with status 2 and one
@@ -37,7 +37,7 @@ def serve(
     ] = False,
 ) -> None:
     """Serve the flow-intent and admin APIs until SIGINT/SIGTERM."""
-    from c4p.cli import guarded
+    from c4p.cli.common import guarded
     from c4p.files import write_text
     from c4p.serve import ServeConfig, load_config, run
     from c4p.service import telemetry

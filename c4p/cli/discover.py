@@ -12,50 +12,30 @@ Exit status: 0 when every target answered and nothing differs; 1 when a target d
 answer or the comparison found differences (the report says which); 2 for unusable input
 (``error: <file>: <field>: <reason>``), as every c4p command.
 
-Registered by ``c4p.cli`` as ``fabric discover``; :data:`discover_app` runs it on its own.
+Registered by :mod:`c4p.cli` as ``fabric discover``; :data:`discover_app` runs it on its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
-from c4p.errors import C4pError
+from c4p.cli.common import guarded
 from c4p.files import load_fabric, load_model, save_fabric, write_json
 from southbound.discovery import DiscoveryResult
-from southbound.driver_errors import SouthboundError
 from southbound.events import TargetHealth
 from southbound.fleet import Fleet, TargetStatus
 from southbound.targets import TargetsFile
 from topology.compare import FabricComparison, compare_fabrics
-from topology.errors import TopologyError
-from topology.formats import problems_of
 from topology.generators.common import AddressPlan
 
 PROBLEMS_SHOWN = 20
 
 discover_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 console = Console()
-
-
-def _fail(message: str) -> None:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code=2)
-
-
-def _guarded(func: Callable[[], int]) -> int:
-    try:
-        return func()
-    except (TopologyError, SouthboundError, C4pError) as exc:
-        _fail(str(exc))
-    except ValidationError as exc:
-        _fail("; ".join(f"{p}: {r}" if p else r for p, r in problems_of(exc)))
-    raise AssertionError("unreachable")
 
 
 def report_json(
@@ -188,6 +168,6 @@ def fabric_discover(
         unanswered = any(s.health is not TargetHealth.LIVE for s in status.values())
         return 1 if unanswered or (comparison is not None and not comparison.clean) else 0
 
-    code = _guarded(body)
+    code = guarded(body)
     if code:
         raise typer.Exit(code=code)

@@ -1,0 +1,43 @@
+"""The ``c4p`` command line (typer + rich): one module per command group.
+
+Why this shape: each command is a thin shell over a pure function of ``topology``, ``solver`` or
+``southbound`` (or, for ``serve``, the controller runtime); :mod:`c4p.cli.common` holds the one
+error path, so every error a user can cause comes out as ``error: <file>: <field>: <reason>``
+and exit status 2, never as a traceback. Exit codes: 0 ok, 1 a finding (drift, an unanswered
+target, a failed check), 2 bad input. Commands that need gRPC import it inside their body, so
+the offline commands start fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from c4p.cli.bench import bench_cmd
+from c4p.cli.discover import fabric_discover
+from c4p.cli.evaluate import evaluate_cmd
+from c4p.cli.fabric import fabric_app
+from c4p.cli.jobs import jobs_app
+from c4p.cli.plan import plan_cmd
+from c4p.cli.serve import serve
+
+app = typer.Typer(
+    name="c4p",
+    help="Traffic engineering for RoCE fabrics: plan collision-free paths for collective flows.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(fabric_app, name="fabric")
+app.add_typer(jobs_app, name="jobs")
+fabric_app.command("discover")(fabric_discover)
+app.command("serve")(serve)
+app.command("plan")(plan_cmd)
+app.command("evaluate")(evaluate_cmd)
+app.command("bench")(bench_cmd)
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="c4p")

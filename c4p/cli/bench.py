@@ -1,0 +1,83 @@
+"""``c4p bench``: the scenario ladder (ECMP, greedy, c4p, bound), or the service benchmark."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from c4p.cli.common import JsonOption, console, emit, guarded
+from c4p.errors import C4pError
+from c4p.files import write_text
+
+
+def bench_cmd(
+    quick: Annotated[bool, typer.Option(help="Only the small scenarios (under a minute).")] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            help="Markdown table (default docs/benchmarks.md; out/bench-quick.md with --quick).",
+        ),
+    ] = None,
+    plot_path: Annotated[
+        Path | None, typer.Option("--plot", help="PNG plot (default beside the table).")
+    ] = None,
+    only: Annotated[
+        str | None, typer.Option(help="Run only scenarios whose name contains this text.")
+    ] = None,
+    service: Annotated[
+        bool,
+        typer.Option(
+            help="Instead, measure the controller service over gRPC on loopback: "
+            "SubmitIntents to all bindings received for a 1,024-rank job, bindings per second."
+        ),
+    ] = False,
+    json_path: JsonOption = None,
+) -> None:
+    """Run the scenario ladder: ECMP, greedy, c4p and the lower bound side by side."""
+    from c4p import bench
+
+    if service:
+        from c4p.service import bench as service_bench
+
+        result = guarded(service_bench.run)
+        for line in result.lines():
+            console.print(line, highlight=False)
+        return
+
+    def body() -> None:
+        ladder = [s for s in bench.scenarios() if (s.quick or not quick)]
+        if only:
+            ladder = [s for s in ladder if only in s.name]
+        if not ladder:
+            raise C4pError(f"no scenario matches {only!r}")
+        table = output or Path("out/bench-quick.md" if quick else "docs/benchmarks.md")
+        image = plot_path or table.with_name(table.stem + ".png")
+        started = time.perf_counter()
+
+        def progress(row: bench.Row) -> None:
+            if json_path is None or str(json_path) != "-":
+                console.print(
+                    f"{row.scenario}: {row.flows:,} flows, max util ECMP {row.util_ecmp:.2f} / "
+                    f"greedy {row.util_greedy:.2f} / c4p {row.util_c4p:.2f} / bound "
+                    f"{row.bound:.2f}, {row.solve_s:.3f} s"
+                    + ("" if row.moved is None else
+                       f", re-plan {row.replan_s:.3f} s moved {row.moved}/{row.crossed}"),
+                    highlight=False,
+                )  # fmt: skip
+
+        rows = bench.run(ladder, progress)
+        elapsed = time.perf_counter() - started
+        command = (
+            "c4p bench" + (" --quick" if quick else "") + (f" --only '{only}'" if only else "")
+        )
+        text = bench.markdown(rows, command, elapsed).replace("benchmarks.png", image.name)
+        write_text(table, text)
+        bench.plot(rows, image)
+        emit(json_path, bench.rows_json(rows), lambda: console.print(f"wrote {table}, {image}"))
+
+    guarded(body)

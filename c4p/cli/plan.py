@@ -1,0 +1,116 @@
+"""``c4p plan``: every flow's path, beside ECMP, greedy and the lower bound; optional bindings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from c4p import report
+from c4p.cli.common import JsonOption, console, emit, guarded
+from c4p.errors import C4pError
+from c4p.files import load_fabric, load_model, save_model
+from solver.ecmp import ecmp_paths
+from solver.evaluate import evaluate
+from solver.jobs import JobsFile
+from solver.patterns import derive_workload
+from solver.planner import STRATEGIES, plan
+from solver.plans import PlanFile
+from solver.result import Plan
+from southbound.bindings import bindings_for_paths
+from southbound.routes import routes_from_flows
+from southbound.verify import verify
+from topology.model import Fabric, LinkStatus
+
+
+def apply_link_changes(fabric: Fabric, fail: list[str], drain: list[str]) -> Fabric:
+    """The snapshot with links taken down (``--fail``) or drained (``--drain``)."""
+    changes: dict[int, LinkStatus] = {}
+    for names, status in ((fail, LinkStatus.DOWN), (drain, LinkStatus.DRAINED)):
+        for name in names:
+            changes[fabric.index.link_number(name)] = status
+    return fabric.with_link_status(changes) if changes else fabric
+
+
+LinkOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="A link ('a--b' with node names or 'dev:if' ends, or one end 'dev:if'); repeatable."
+    ),
+]
+
+
+def plan_cmd(
+    fabric_path: Annotated[Path, typer.Option("--fabric", help="Fabric file.")],
+    jobs_path: Annotated[Path, typer.Option("--jobs", help="Jobs file.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Plan file to write.")],
+    budget: Annotated[float, typer.Option(help="Seconds the search may take.")] = 5.0,
+    fail: LinkOption = None,
+    drain: LinkOption = None,
+    previous_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--previous", help="The plan in force: re-plan moving as few flows as needed."
+        ),
+    ] = None,
+    strategy: Annotated[str, typer.Option(help=f"One of: {', '.join(STRATEGIES)}.")] = "auto",
+    seed: Annotated[int, typer.Option(help="Seed of the solver and of ECMP's QP numbers.")] = 0,
+    bindings_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--bindings",
+            help="Also write each QP's UDP source port / flow label (predicted from the "
+            "switches' hash profiles), checked in the modeled data plane.",
+        ),
+    ] = None,
+    json_path: JsonOption = None,
+) -> None:
+    """Plan every flow's path; compare with ECMP, greedy and the lower bound."""
+
+    def body() -> None:
+        if strategy not in STRATEGIES:
+            raise C4pError(f"--strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        base = load_fabric(fabric_path)
+        fabric = apply_link_changes(base, fail or [], drain or [])
+        workload = derive_workload(fabric, load_model(JobsFile, jobs_path), str(jobs_path))
+        previous = None
+        if previous_path is not None:
+            previous = Plan.from_plan_file(load_model(PlanFile, previous_path), fabric)
+        ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
+        greedy = plan(fabric, workload, strategy="greedy", seed=seed)
+        result = plan(fabric, workload, previous, budget=budget, seed=seed, strategy=strategy)
+        save_model(result.to_plan_file(), output)
+        evaluations = {
+            "ecmp": evaluate(fabric, workload, ecmp.paths),
+            "c4p": evaluate(fabric, workload, result.paths),
+        }
+        comparison = report.PlanComparison(
+            ecmp=evaluations["ecmp"], greedy=greedy, c4p=result, c4p_eval=evaluations["c4p"]
+        )
+        data = report.plan_json(comparison)
+        check = None
+        if bindings_path is not None:
+            routes = routes_from_flows(workload.flows, result.paths)
+            bindings = bindings_for_paths(fabric, routes, epoch=1)
+            save_model(bindings, bindings_path)
+            check = verify(fabric, bindings, routes)
+            data["bindings"] = {
+                "file": str(bindings_path),
+                "qps": len(bindings.bindings),
+                "issues": len(bindings.issues),
+                "as_planned": check.as_planned,
+                "ok": check.ok,
+                "differing_links": check.differing_links,
+            }
+
+        def render() -> None:
+            report.print_plan(console, fabric, comparison, previous is not None)
+            if check is not None:
+                console.print(check.summary(), highlight=False)
+                console.print(f"wrote {bindings_path}")
+            console.print(f"wrote {output}")
+
+        emit(json_path, data, render)
+
+    guarded(body)
