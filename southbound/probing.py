@@ -118,16 +118,17 @@ class Prober(Protocol):
 class AddressBook:
     """Replying address -> fabric node number, for one fabric's topology.
 
-    Defaults: every switch's ``mgmt_address`` and every NIC port's address. ``extra`` adds
-    addresses (interface or loopback addresses learned by discovery) by node name.
+    Defaults: every switch's ``mgmt_address`` and loopback/interface ``addresses``, and every NIC
+    port's address. ``extra`` adds further addresses by node name.
     """
 
     def __init__(self, fabric: Fabric, extra: Mapping[str, IPv4 | str] | None = None) -> None:
         index = fabric.index
         self._node: dict[IPv4, int] = dict(index.node_of_address)
         for number, switch in enumerate(fabric.switches):
-            if switch.mgmt_address is not None:
-                self._node[switch.mgmt_address] = number
+            for owned in switch.all_addresses():
+                if isinstance(owned, IPv4):
+                    self._node[owned] = number
         for name, address in (extra or {}).items():
             self._node[ipaddress.IPv4Address(address)] = index.node(name)
 

@@ -24,7 +24,7 @@ from southbound.routes import middle_of
 from topology.errors import UnknownNameError
 from topology.forwarding import forward
 from topology.generators import HashProfiles
-from topology.model import Fabric, HashField, HashProfile
+from topology.model import Fabric, HashField, HashProfile, SwitchAddress
 from topology.roce import SPORT_COUNT
 
 
@@ -83,6 +83,30 @@ def test_switches_without_addresses_cannot_answer() -> None:
         ModeledProber(bare)
     extra = {s.name: f"172.16.0.{i + 1}" for i, s in enumerate(bare.switches)}
     assert ModeledProber(bare, addresses=extra).fabric is bare
+
+
+def test_address_book_knows_every_loopback_and_interface_address_of_a_switch() -> None:
+    fabric = MAKERS["leaf-spine"]()
+    first = fabric.switches[0]
+    owned = (
+        SwitchAddress(address=ipaddress.IPv4Address("198.18.255.1")),
+        SwitchAddress(address=ipaddress.IPv4Address("198.18.128.1"), interface="Ethernet1"),
+        SwitchAddress(address=ipaddress.IPv6Address("2001:db8::1"), interface="Ethernet1"),
+    )
+    switches = (first.model_copy(update={"addresses": owned}), *fabric.switches[1:])
+    rich = Fabric(name="rich", switches=switches, hosts=fabric.hosts, links=fabric.links)
+    book = AddressBook(rich)
+    number = rich.index.node(first.name)
+    assert book.node(ipaddress.IPv4Address("198.18.255.1")) == number
+    assert book.node(ipaddress.IPv4Address("198.18.128.1")) == number
+    assert first.mgmt_address is None or book.node(first.mgmt_address) == number
+    clash = (
+        first.model_copy(update={"addresses": owned}),
+        fabric.switches[1].model_copy(update={"addresses": owned[:1]}),
+        *fabric.switches[2:],
+    )
+    with pytest.raises(ValueError, match="198.18.255.1 already used"):
+        Fabric(name="clash", switches=clash, hosts=fabric.hosts, links=fabric.links)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -118,15 +118,42 @@ class HashProfile(Frozen):
         return tuple(f for f in ALL_HASH_FIELDS if f in value)
 
 
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class SwitchAddress(Frozen):
+    """One address a switch owns: a loopback (``interface`` None or ``lo*``) or an interface's.
+
+    Why a switch has many: a switch answers a probe (ICMP time exceeded) from its loopback when
+    its routes carry a source address, else from whichever interface faces the prober, so the
+    prober's address book needs every address of every switch (from OpenConfig
+    ``subinterfaces/.../ipv4/addresses``, SNMP's IP address table, or the fabric file).
+    IPv6 addresses are accepted so the types are ready; probing uses IPv4 today.
+    """
+
+    address: IPAddress
+    interface: str | None = None
+
+
 class Switch(Frozen):
-    """A switch: its tier, the plane it belongs to (dual-plane fabrics), and its ECMP hash."""
+    """A switch: its tier, the plane it belongs to (dual-plane fabrics), and its ECMP hash.
+
+    ``mgmt_address`` is where the controller reaches it (and where it may answer probes from);
+    ``addresses`` are its loopback and interface addresses (see :class:`SwitchAddress`).
+    """
 
     name: Name
     role: SwitchRole
     plane: int = Field(default=0, ge=0)
     pod: int | None = Field(default=None, ge=0)
     mgmt_address: ipaddress.IPv4Address | None = None
+    addresses: tuple[SwitchAddress, ...] = ()
     hash: HashProfile = HashProfile()
+
+    def all_addresses(self) -> tuple[IPAddress, ...]:
+        """``mgmt_address`` (when set) followed by every loopback and interface address."""
+        head: tuple[IPAddress, ...] = (self.mgmt_address,) if self.mgmt_address is not None else ()
+        return head + tuple(a.address for a in self.addresses)
 
     @property
     def tier(self) -> int:
@@ -315,6 +342,15 @@ def find_problems(fabric: Fabric) -> Iterator[FabricProblem]:
                 )
             else:
                 addresses[switch.mgmt_address] = f"switches[{si}].mgmt_address"
+        for ai, owned in enumerate(switch.addresses):
+            where = f"switches[{si}].addresses[{ai}].address"
+            if owned.address in addresses:
+                yield FabricProblem(
+                    path=where,
+                    reason=f"address {owned.address} already used at {addresses[owned.address]}",
+                )
+            else:
+                addresses[owned.address] = where
 
     switch_names = {s.name for s in fabric.switches}
     host_names = {h.name for h in fabric.hosts}
