@@ -42,6 +42,7 @@ class KeyKind(StrEnum):
     TIMER = "timer"  # a held link may be usable now; a periodic re-plan
     REPLAN = "replan"  # an operator asked for a plan now
     RETRY = "retry"  # the last plan failed
+    MODE = "mode"  # a job's control mode was set, or the rollback engaged or cleared
 
 
 @dataclass(frozen=True, order=True)

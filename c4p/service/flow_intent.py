@@ -79,6 +79,7 @@ class FlowIntentServicer:
             token=self.guard.token_for(record.job_id, record.incarnation),
             epoch=done.epoch,
             ranks=convert.resolved_ranks(self.state.fabric, done.ranks),
+            control_mode=convert.control_mode(self.state.mode_of(record.job_id)[0]),
         )
 
     async def submit(

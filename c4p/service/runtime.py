@@ -105,6 +105,7 @@ class ServiceRuntime:
             config.flap,
             clock(),
             config.store.tombstone_horizon,
+            config.rollout,
         )
         self.metrics = Metrics()
         self.hub = StreamHub(config.limits.max_streams_per_job, config.limits.max_streams)
