@@ -18,6 +18,7 @@ from c4p.cli.evaluate import evaluate_cmd
 from c4p.cli.fabric import fabric_app
 from c4p.cli.jobs import jobs_app
 from c4p.cli.plan import plan_cmd
+from c4p.cli.report import report_cmd
 from c4p.cli.serve import serve
 
 app = typer.Typer(
@@ -34,6 +35,7 @@ app.command("serve")(serve)
 app.command("plan")(plan_cmd)
 app.command("evaluate")(evaluate_cmd)
 app.command("bench")(bench_cmd)
+app.command("report")(report_cmd)
 
 __all__ = ["app", "main"]
 

@@ -53,7 +53,7 @@ from c4p.store.base import (
     StoreError,
 )
 from solver.ecmp import ecmp_paths
-from solver.evaluate import OVER_TOLERANCE, Evaluation, evaluate, reference_line_rate
+from solver.evaluate import OVER_TOLERANCE, evaluate
 from solver.evaluate import switch_resources as inner_resources
 from solver.flows import Connection, Workload
 from solver.jobs import JobsFile
@@ -378,8 +378,8 @@ class Reconciler:
         evaluation = evaluate(snapshot, workload, paths, top=5)
         ecmp = ecmp_paths(snapshot, workload.flows, self.settings.seed)
         baseline = evaluate(snapshot, workload, ecmp.paths, top=1)
-        over_planned = over_line_rate(snapshot, evaluation)
-        over_ecmp = over_line_rate(snapshot, baseline)
+        over_planned = over_line_rate(snapshot, workload, paths)
+        over_ecmp = over_line_rate(snapshot, workload, ecmp.paths)
         crossed_planned = _crossed(workload, paths, over_planned)
         crossed_ecmp = _crossed(workload, ecmp.paths, over_ecmp)
         moved_by_job: dict[str, int] = {}
@@ -419,13 +419,34 @@ def _unchanged(old: HeldBinding, new: HeldBinding) -> bool:
     )
 
 
-def over_line_rate(fabric: Fabric, evaluation: Evaluation) -> set[int]:
-    """Switch-to-switch resources loaded over line rate (``solver.evaluate``'s utilization)."""
-    inner = inner_resources(fabric)
-    capacity = fabric.index.res_capacity[inner] / reference_line_rate(fabric)
-    load = evaluation.resource_load[inner]
-    hot = load > capacity * (1.0 + OVER_TOLERANCE)
-    return {int(r) for r, over in zip(inner, hot, strict=True) if over}
+def over_line_rate(
+    fabric: Fabric, workload: Workload, paths: Sequence[Sequence[int] | None]
+) -> set[int]:
+    """Switch-to-switch link directions whose *offered* load exceeds their line rate.
+
+    Offered load: every NIC port sends at its own line rate (the speed of its first link),
+    shared over the QPs leaving it in proportion to their ``rate``; a link direction is over
+    line rate when the QPs crossing it offer more than its speed. This is what "a collision"
+    means on the wire (two full-rate QPs on one link), independent of how the planner
+    normalizes load."""
+    index = fabric.index
+    share: dict[str, float] = {}
+    for f in workload.flows:
+        share[f.src] = share.get(f.src, 0.0) + f.rate
+    inner = {int(r) for r in inner_resources(fabric)}
+    offered: dict[int, float] = {}
+    for f, path in zip(workload.flows, paths, strict=True):
+        if not path:
+            continue
+        rate = float(index.res_capacity[path[0]]) * f.rate / share[f.src]
+        for r in path:
+            if r in inner:
+                offered[r] = offered.get(r, 0.0) + rate
+    return {
+        r
+        for r, load in offered.items()
+        if load > float(index.res_capacity[r]) * (1.0 + OVER_TOLERANCE)
+    }
 
 
 def _crossed(

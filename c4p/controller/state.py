@@ -288,10 +288,19 @@ class ControllerState:
                 del counter[job_id]
 
     def jobs_on_links(self, links: list[int]) -> list[str]:
+        """Jobs with QPs across ``links``: bindings in force (the index), and shadow jobs'
+        planned bindings (scanned: a shadow job's failure is a prediction worth reporting, and
+        links fail rarely)."""
         with self.lock:
             found: set[str] = set()
             for link in links:
                 found.update(self.link_jobs.get(link, {}))
+            wanted = set(links)
+            for job, held in self.shadow.items():
+                if job not in found and any(
+                    wanted.intersection(self._links_of(h)) for h in held.values()
+                ):
+                    found.add(job)
             return sorted(found)
 
     # -- mutations (the intake calls these; each writes the store first) -----------------------
