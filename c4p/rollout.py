@@ -224,6 +224,7 @@ def plot(report: RolloutReport, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     origin = report.rows[0].start if report.rows else 0.0
     figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
@@ -245,6 +246,7 @@ def plot(report: RolloutReport, path: Path) -> None:
     top.legend(fontsize="small")
     top.grid(alpha=0.3)
     bottom.set_ylabel("jobs")
+    bottom.yaxis.set_major_locator(MaxNLocator(integer=True))
     bottom.set_xlabel(f"seconds since the first interval (intervals of {report.interval_s:g} s)")
     bottom.legend(fontsize="small")
     bottom.grid(alpha=0.3)
