@@ -8,10 +8,11 @@ out again below. Nothing of :mod:`c4p.rollout` or the reconciler's prediction co
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
-from service_cases import busy_fabric, clients, hosts, serving, wait_until
+from service_cases import ADMIN_TOKEN, busy_fabric, clients, hosts, serving, wait_until
 from typer.testing import CliRunner
 
 from c4p.cli import app
@@ -85,6 +86,11 @@ def test_report_matches_an_independent_recomputation(tmp_path: Path) -> None:
             assert wait_until(lambda n=name, e=epoch: watches[n].mirror.epoch >= e, 30)  # type: ignore[misc]
         received = {name: w.mirror.snapshot() for name, w in watches.items()}
         api = [from_pb(d) for d in admin.decision_log()]
+        online = CliRunner().invoke(
+            app,
+            ["report", "--controller", service.address, "--interval", "1e9", "--json", "-"],
+            env={"C4P_ADMIN_TOKEN": ADMIN_TOKEN},
+        )
         for w in watches.values():
             w.stop()
     stored = read_decisions(tmp_path / "c4p.db")
@@ -95,7 +101,9 @@ def test_report_matches_an_independent_recomputation(tmp_path: Path) -> None:
     )
     assert cli.exit_code == 0, cli.output
     by_cli = RolloutReport.model_validate(json.loads(cli.output))
-    assert by_api == by_store == by_cli
+    assert online.exit_code == 0, online.output
+    by_online = RolloutReport.model_validate(json.loads(online.output))
+    assert by_api == by_store == by_cli == by_online
 
     # -- the independent recomputation --------------------------------------------------------
     drained = FABRIC.with_link_status({FABRIC.index.link_number(link): LinkStatus.DRAINED})
@@ -149,9 +157,20 @@ def test_report_refuses_bad_input(tmp_path: Path) -> None:
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database at all" * 10)
     not_store = runner.invoke(app, ["report", "--store", str(junk)])
-    for result in (missing, both, interval, not_store):
+    with socket.socket() as s:  # a port nothing listens on (bound, never listened)
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+        down = runner.invoke(
+            app, ["report", "--controller", address], env={"C4P_ADMIN_TOKEN": ADMIN_TOKEN}
+        )
+    no_token = runner.invoke(
+        app, ["report", "--controller", address, "--token-env", "C4P_TEST_UNSET_TOKEN"]
+    )
+    for result in (missing, both, interval, not_store, down, no_token):
         assert result.exit_code == 2 and "error:" in result.output
         assert "Traceback" not in result.output
     assert "no such file" in missing.output
     assert "exactly one of" in both.output
     assert "--interval" in interval.output
+    assert "UNAVAILABLE" in down.output
+    assert "C4P_TEST_UNSET_TOKEN" in no_token.output

@@ -190,6 +190,9 @@ class ServiceRuntime:
     def _after_step(self, outcome: StepOutcome) -> None:
         d = outcome.decision
         self.metrics.record_plan(d)
+        with self.state.lock:
+            modes = [e.control.value for e in self.state.jobs.values()]
+        self.metrics.record_modes(modes)
         self.hub.notify(outcome.changed_jobs)
         log.info(
             "plan",
