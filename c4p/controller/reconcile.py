@@ -147,6 +147,9 @@ class Reconciler:
         self._snapshot_key: tuple[tuple[int, LinkStatus], ...] | None = None
         self._snapshot = state.fabric
         self._ports: PortSource | None = None
+        self._ecmp: dict[str, tuple[int, ...]] = {}
+        """ECMP path per flow id on the cached snapshot (a flow's QP numbers, hence its
+        kernel port, depend only on its id and the seed), so a re-plan forwards new flows only."""
         with state.lock:
             held = {job: dict(b) for job, b in state.held.items()}
         self._previous = previous_plan(state.fabric, held)
@@ -163,6 +166,7 @@ class Reconciler:
             self._snapshot = base.with_link_status(changes) if changes else base
             self._ports = self._ports_for(self._snapshot)
             self._snapshot_key = key
+            self._ecmp = {}
         return self._snapshot, self._ports
 
     def step(self, now: float, keys: Sequence[Key]) -> StepOutcome | None:
@@ -376,12 +380,12 @@ class Reconciler:
             except TopologyError:
                 paths.append(())
         evaluation = evaluate(snapshot, workload, paths, top=5)
-        ecmp = ecmp_paths(snapshot, workload.flows, self.settings.seed)
-        baseline = evaluate(snapshot, workload, ecmp.paths, top=1)
+        ecmp = self._ecmp_paths(snapshot, workload)
+        baseline = evaluate(snapshot, workload, ecmp, top=1)
         over_planned = over_line_rate(snapshot, workload, paths)
-        over_ecmp = over_line_rate(snapshot, workload, ecmp.paths)
+        over_ecmp = over_line_rate(snapshot, workload, ecmp)
         crossed_planned = _crossed(workload, paths, over_planned)
-        crossed_ecmp = _crossed(workload, ecmp.paths, over_ecmp)
+        crossed_ecmp = _crossed(workload, ecmp, over_ecmp)
         moved_by_job: dict[str, int] = {}
         for flow_id in moved:
             job = flow_id.partition("/")[0]
@@ -406,6 +410,16 @@ class Reconciler:
             if j.busbw_fraction is not None
         }
         return predictions, hottest, (len(over_ecmp), len(over_planned))
+
+
+    def _ecmp_paths(self, snapshot: Fabric, workload: Workload) -> list[tuple[int, ...]]:
+        """Each flow's path under ECMP (``solver.ecmp.ecmp_paths``), new flows only."""
+        missing = [f for f in workload.flows if f.id not in self._ecmp]
+        if missing:
+            found = ecmp_paths(snapshot, missing, self.settings.seed)
+            self._ecmp.update(zip((f.id for f in missing), found.paths, strict=True))
+        self._ecmp = {f.id: self._ecmp[f.id] for f in workload.flows}  # released jobs go
+        return list(self._ecmp.values())
 
 
 def _unchanged(old: HeldBinding, new: HeldBinding) -> bool:
