@@ -293,3 +293,24 @@ def test_rollback_all_is_one_call_and_survives_a_restart(tmp_path: Path) -> None
         "r3": ("active", "default"),
     }
     assert cleared.decision.bindings_added == sum(len(a) for a in applied.values())
+
+
+def test_a_mode_change_without_bindings_still_reaches_the_stream(tmp_path: Path) -> None:
+    """shadow -> off changes no binding, but the job's stream must still say so."""
+    rollout = {"default": "shadow"}
+    with (
+        serving(FABRIC, tmp_path, rollout=rollout) as service,
+        clients(service.address) as (
+            flow,
+            admin,
+        ),
+    ):
+        job = flow.register_job("s1", hosts=_pair(0))
+        watch = job.watch()
+        reply = job.submit([communicator("dp")])
+        assert watch.wait_revision(reply.revision, 30)
+        assert watch.mirror.control_mode == "shadow"
+        admin.set_control_mode("s1", "off", wait=True)
+        seen = wait_until(lambda: watch.mirror.control_mode == "off", 30)
+        watch.stop()
+    assert seen and watch.mirror.bindings == {}

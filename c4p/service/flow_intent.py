@@ -132,7 +132,7 @@ class FlowIntentServicer:
                         state=pb.INTENT_STATE_WITHDRAWN,
                     )
                     return
-                status = (update.intent_revision, update.state, update.issues)
+                status = (update.intent_revision, update.state, update.issues, update.control)
                 if shown is None or not update.empty or status != shown:
                     for message in convert.updates(update):
                         self.metrics.bindings_pushed.inc(len(message.bindings))
