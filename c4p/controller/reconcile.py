@@ -411,7 +411,6 @@ class Reconciler:
         }
         return predictions, hottest, (len(over_ecmp), len(over_planned))
 
-
     def _ecmp_paths(self, snapshot: Fabric, workload: Workload) -> list[tuple[int, ...]]:
         """Each flow's path under ECMP (``solver.ecmp.ecmp_paths``), new flows only."""
         missing = [f for f in workload.flows if f.id not in self._ecmp]
