@@ -30,6 +30,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from c4p.api.v1 import intents_pb2 as pb
 from c4p.client import AdminClient, BindingWatch, FlowIntentClient, communicator
 from c4p.client.emulated import EmulatedTransport
 from c4p.client.mirror import BindingMirror
@@ -194,7 +195,7 @@ class Rollout:
             if link.a.partition(":")[0] == leaf and "spine" in link.b
         )
 
-    def _realized(self, link: str, shadow: dict[str, object]) -> None:
+    def _realized(self, link: str, shadow: dict[str, pb.JobPrediction]) -> None:
         fabric = self.fabric
         drained = fabric.with_link_status({fabric.index.link_number(link): LinkStatus.DRAINED})
         ring = CommunicatorSpec(id="dp", qps_per_connection=2)
@@ -208,11 +209,11 @@ class Rollout:
         ports = {name: dict(t.ports) for name, t in self.transports.items()}
         result = realized(drained, workload, ports)
         for j in result.jobs:
-            predicted = shadow.get(j.job)
+            predicted = shadow.get(j.job, pb.JobPrediction())
             self.console.print(
-                f"  {j.job}: shadow predicted {getattr(predicted, 'busbw_gbps', 0.0):.1f} Gb/s "
-                f"(ECMP {getattr(predicted, 'ecmp_busbw_gbps', 0.0):.1f}); realized from the "
-                f"ports its plugin applied, forwarded hop by hop: {j.busbw_gbps or 0.0:.1f} Gb/s",
+                f"  {j.job}: shadow predicted {predicted.busbw_gbps:.1f} Gb/s (ECMP "
+                f"{predicted.ecmp_busbw_gbps:.1f}); realized from the ports its plugin applied, "
+                f"forwarded hop by hop: {j.busbw_gbps or 0.0:.1f} Gb/s",
                 highlight=False,
             )
 
