@@ -314,3 +314,17 @@ def test_a_mode_change_without_bindings_still_reaches_the_stream(tmp_path: Path)
         seen = wait_until(lambda: watch.mirror.control_mode == "off", 30)
         watch.stop()
     assert seen and watch.mirror.bindings == {}
+
+
+def test_a_bad_rollout_config_is_refused_naming_each_field(tmp_path: Path) -> None:
+    config = _config(tmp_path, {"default": "sideways", "canary": {"fraction": 1.5}})
+    result = subprocess.run(
+        [sys.executable, "-m", "c4p.cli.serve", "--config", str(config), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "rollout.default: Input should be 'off', 'shadow' or 'active'" in result.stderr
+    assert "rollout.canary.fraction" in result.stderr and "1.5" in result.stderr

@@ -18,6 +18,12 @@ from typer.testing import CliRunner
 from c4p.cli import app
 from c4p.client import communicator
 from c4p.rollout import RolloutReport, from_pb, rollout
+from c4p.store.base import (
+    ControlMode,
+    DecisionRecord,
+    DecisionResult,
+    JobPredictionRecord,
+)
 from c4p.store.sqlite import read_decisions
 from solver.ecmp import ecmp_paths
 from solver.evaluate import evaluate
@@ -174,3 +180,50 @@ def test_report_refuses_bad_input(tmp_path: Path) -> None:
     assert "--interval" in interval.output
     assert "UNAVAILABLE" in down.output
     assert "C4P_TEST_UNSET_TOKEN" in no_token.output
+
+
+def test_intervals_modes_failures_by_hand() -> None:
+    """Three plans and a failed one, figures worked out by hand."""
+
+    def p(job: str, mode: str, busbw: float, ecmp: float, **more: int) -> JobPredictionRecord:
+        return JobPredictionRecord(
+            job_id=job,
+            busbw_gbps=busbw,
+            line_rate_gbps=400,
+            busbw_fraction=busbw / 400,
+            control=ControlMode(mode),
+            ecmp_busbw_gbps=ecmp,
+            **more,
+        )
+
+    def d(seq: int, at: float, *preds: JobPredictionRecord, **more: object) -> DecisionRecord:
+        return DecisionRecord.model_validate(
+            {"sequence": seq, "epoch": seq, "at": at, "reason": "", "result": "planned",
+             "predictions": preds, **more}
+        )  # fmt: skip
+
+    log = [
+        d(1, 100.0, p("a", "shadow", 300, 200, bindings_pushed=8), jobs_off=("c",)),
+        d(
+            2,
+            105.0,
+            p("a", "shadow", 400, 200, moved=2, links_over_ecmp=3),
+            triggers=("link x--y down",),
+            jobs_on_links=("a",),
+        ),  # fmt: skip
+        d(3, 125.0, p("a", "active", 400, 250, bindings_pushed=8), p("b", "shadow", 100, 100)),
+        DecisionRecord(sequence=4, epoch=3, at=126.0, reason="", result=DecisionResult.FAILED),
+    ]
+    report = rollout(reversed(log), 20.0)  # any order
+    rows = [(r.start, r.mode.value, r.jobs, r.busbw_ecmp_gbps, r.busbw_c4p_gbps, r.replans,
+             r.moves, r.pushed, r.failures, r.over_ecmp) for r in report.rows]  # fmt: skip
+    assert report.decisions == 3 and (report.first_sequence, report.last_sequence) == (1, 3)
+    assert rows == [
+        (100.0, "off", 1, None, None, 1, 0, 0, 0, 0),
+        (100.0, "shadow", 1, 200.0, 400.0, 2, 2, 8, 1, 3),  # the last plan's prediction of a
+        (120.0, "shadow", 1, 100.0, 100.0, 1, 0, 0, 0, 0),
+        (120.0, "active", 1, 250.0, 400.0, 1, 0, 8, 0, 0),
+    ]
+    assert report.rows[1].gain == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="interval_s"):
+        rollout(log, 0)
