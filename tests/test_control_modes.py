@@ -328,3 +328,26 @@ def test_a_bad_rollout_config_is_refused_naming_each_field(tmp_path: Path) -> No
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "rollout.default: Input should be 'off', 'shadow' or 'active'" in result.stderr
     assert "rollout.canary.fraction" in result.stderr and "1.5" in result.stderr
+
+
+def test_a_policy_changed_across_a_restart_is_planned_at_start_up(tmp_path: Path) -> None:
+    """Restart with ``rollout.default`` moved from shadow to active: the start-up step plans
+    (the inputs' fingerprint covers modes) and pushes the job's bindings."""
+    ready = tmp_path / "ready"
+    config = _config(tmp_path, {"default": "shadow"})
+    with controller_process(config, ready) as address, clients(address) as (flow, admin):
+        job = flow.register_job("p1", hosts=_pair(0))
+        watch = job.watch()
+        reply = job.submit([communicator("dp", qps_per_connection=2)])
+        assert watch.wait_revision(reply.revision, 30)
+        token = job.token
+        watch.stop()
+    assert watch.mirror.bindings == {} and watch.mirror.control_mode == "shadow"
+    config = _config(tmp_path, {"default": "active"})
+    with controller_process(config, ready) as address, clients(address) as (flow, admin):
+        watch = flow.session("p1", token).watch(mirror=watch.mirror)  # resumes from its epoch
+        got = wait_until(lambda: len(watch.mirror.bindings) == reply.flows, 30)
+        modes = _modes(list(admin.jobs().jobs))
+        watch.stop()
+    assert got and watch.mirror.control_mode == "active"
+    assert modes == {"p1": ("active", "default")}

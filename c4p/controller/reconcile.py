@@ -391,6 +391,7 @@ class Reconciler:
             job = flow_id.partition("/")[0]
             moved_by_job[job] = moved_by_job.get(job, 0) + 1
         ecmp_busbw = {j.job: j.busbw_gbps or 0.0 for j in baseline.jobs}
+        modes = {j.job_id: j.mode for j in inputs.jobs}
         hottest = tuple(f"{h.name}: {h.utilization:.2f}" for h in evaluation.hottest)
         predictions = {
             j.job: JobPredictionRecord(
@@ -399,7 +400,7 @@ class Reconciler:
                 line_rate_gbps=j.line_rate_gbps or 0.0,
                 busbw_fraction=j.busbw_fraction or 0.0,
                 slowest_communicator=j.slowest_communicator or "",
-                control=inputs.mode(j.job),
+                control=modes[j.job],
                 ecmp_busbw_gbps=ecmp_busbw.get(j.job, 0.0),
                 moved=moved_by_job.get(j.job, 0),
                 bindings_pushed=diff.pushed.get(j.job, 0),

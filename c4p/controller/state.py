@@ -151,12 +151,6 @@ class PlanInputs:
     held: dict[str, dict[QpKey, HeldBinding]]
     shadow: dict[str, dict[QpKey, HeldBinding]] = field(default_factory=dict)
 
-    def mode(self, job_id: str) -> ControlMode:
-        for j in self.jobs:
-            if j.job_id == job_id:
-                return j.mode
-        return ControlMode.OFF
-
 
 @dataclass(frozen=True)
 class JobUpdate:
@@ -233,14 +227,27 @@ class ControllerState:
             entry.communicators = dict(stored.intents.get(job_id, {}))
             entry.planned_revision = min(planned.get(job_id, 0), record.revision)
             self.jobs[job_id] = entry
-            # As the last plan had it: the fingerprint covers modes, so if the policy changed
-            # meanwhile, the start-up step plans (and commits the new modes) anyway.
-            entry.control = self.mode_of(job_id)[0]
+            entry.control = self._restored_mode(stored, job_id)
         for job_id, held in self.held.items():
             for h in held.values():
                 self._index(job_id, h, +1)
 
     # -- control modes ---------------------------------------------------------------------------
+
+    def _restored_mode(self, stored: StoredState, job_id: str) -> ControlMode:
+        """A job's mode as the last committed plan had it (what its stream showed), so a
+        stream that resumes before the start-up step sees modes and bindings that agree; if
+        the policy changed meanwhile, the fingerprint differs and that step commits the new
+        modes. A job the last plan did not record takes its mode now."""
+        last = stored.last_planned
+        if last is not None and job_id in last.jobs_off:
+            return ControlMode.OFF
+        for p in last.predictions if last is not None else ():
+            if p.job_id == job_id:
+                return p.control
+        if stored.bindings.get(job_id):
+            return ControlMode.ACTIVE  # only active jobs hold bindings in force
+        return self.mode_of(job_id)[0]
 
     def mode_of(self, job_id: str) -> tuple[ControlMode, ModeSource]:
         """The job's control mode now and why (see :func:`c4p.controller.modes.resolve`)."""
