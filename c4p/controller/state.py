@@ -262,6 +262,11 @@ class ControllerState:
                 self.rollback is not None,
             )
 
+    def mode_if_registered(self, job_id: str) -> tuple[ControlMode, ModeSource] | None:
+        """:meth:`mode_of`, or ``None`` when the job is gone (released meanwhile)."""
+        with self.lock:
+            return self.mode_of(job_id) if job_id in self.jobs else None
+
     def set_control(self, store: Store, record: JobRecord) -> int:
         """A job's pin changed (``record`` carries it): store, then memory."""
         with self.lock:

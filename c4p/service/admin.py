@@ -205,7 +205,10 @@ class AdminServicer:
         changed, revision = await asyncio.to_thread(self.intake.set_control, request.job_id, mode)
         if changed:
             self.loop.enqueue(Key(KeyKind.MODE, request.job_id))
-        now, source = self.state.mode_of(request.job_id)
+        now, source = self.state.mode_if_registered(request.job_id) or (
+            ControlMode.OFF,
+            ModeSource.JOB,
+        )  # released meanwhile: nothing is planned for it
         return admin.SetControlModeResponse(
             job_id=request.job_id,
             mode=convert.control_mode(now),
@@ -317,6 +320,7 @@ def job_rows(state: ControllerState, job_id: str = "") -> list[JobRow]:
         for jid, e in sorted(state.jobs.items()):
             if job_id and jid != job_id:
                 continue
+            mode, source = state.mode_of(jid)
             out.append(
                 JobRow(
                     job_id=jid,
@@ -333,8 +337,8 @@ def job_rows(state: ControllerState, job_id: str = "") -> list[JobRow]:
                     event_epoch=e.event_epoch,
                     prediction=e.prediction,
                     registered_at=e.record.registered_at,
-                    control=state.mode_of(jid)[0],
-                    control_source=state.mode_of(jid)[1],
+                    control=mode,
+                    control_source=source,
                 )
             )
         return out
