@@ -20,7 +20,7 @@ from service_cases import ADMIN_TOKEN, busy_fabric, clients, hosts, serving, wai
 
 from c4p.api.v1 import admin_pb2, flow_intent_pb2
 from c4p.api.v1 import intents_pb2 as pb
-from c4p.client import Action, ApiError, BindingChange, communicator
+from c4p.client import Action, ApiError, AsyncFlowIntentClient, BindingChange, communicator
 from c4p.client.emulated import EmulatedTransport
 from c4p.files import save_fabric
 
@@ -351,3 +351,18 @@ def test_a_policy_changed_across_a_restart_is_planned_at_start_up(tmp_path: Path
         watch.stop()
     assert got and watch.mirror.control_mode == "active"
     assert modes == {"p1": ("active", "default")}
+
+
+def test_the_asyncio_client_learns_the_mode(tmp_path: Path) -> None:
+    """Runs on the embedded service's event loop: grpc.aio wants one loop per process."""
+    with serving(FABRIC, tmp_path) as service:
+
+        async def main() -> None:
+            async with AsyncFlowIntentClient(service.address) as client:
+                job = await client.register_job("aio", hosts=_pair(0), control_mode="shadow")
+                assert job.control_mode == "shadow"
+                reply = await job.submit([communicator("dp")])
+                mirror = await job.watch_until(lambda m: m.intent_revision >= reply.revision, 20)
+                assert mirror.control_mode == "shadow" and mirror.bindings == {}
+
+        service.call(main())
