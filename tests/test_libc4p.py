@@ -1,0 +1,225 @@
+"""libc4p end to end: a real ``c4p serve``, a real agent process on a Unix socket, and ranks
+that are C programs linking the library (under valgrind: no invalid access, no leak).
+
+What is checked against something we did not write: the kernel's credentials of a Unix socket
+peer (``SO_PEERCRED``, uids switched with util-linux ``setpriv``), the kernel's file permission
+check on ``connect``, glibc's dynamic loader (SONAME, exported symbols) and valgrind's memcheck.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from libc4p_cases import (
+    BUILD,
+    Key,
+    Rank,
+    agent,
+    agent_config,
+    build_libc4p,
+    controller,
+    controller_config,
+    key_of,
+    kill,
+    ranks,
+)
+from service_cases import ADMIN_TOKEN, busy_fabric, hosts, wait_until
+
+from c4p.agent.static import HostFile, StaticBinding
+from c4p.client import AdminClient, FlowIntentClient, communicator
+from c4p.client.mirror import AppliedBinding
+from topology.roce import rdma_flow_label_to_udp_sport
+
+FABRIC = busy_fabric()
+HOSTS = hosts(FABRIC)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built() -> None:
+    reason = build_libc4p()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def _mine(bindings: dict[object, AppliedBinding], host: str) -> dict[Key, tuple[int, int]]:
+    return {
+        key_of(b): (b.udp_sport, b.flow_label)
+        for b in bindings.values()
+        if b.src_port.split(":")[0] == host
+    }
+
+
+def _static_file(path: Path, job: str, host: str, ports: dict[Key, tuple[int, int]]) -> Path:
+    rows = tuple(sorted(StaticBinding(*k, *v) for k, v in ports.items()))
+    path.write_text(HostFile(FABRIC.name, job, host, 1, rows).render())
+    return path
+
+
+def test_library_exports_only_its_api_and_needs_only_libc() -> None:
+    lib = BUILD / "libc4p.so.1.0.0"
+    dynamic = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
+    assert "[libc4p.so.1]" in dynamic  # SONAME
+    needed = [line for line in dynamic.splitlines() if "NEEDED" in line]
+    assert needed and all("libc.so" in line for line in needed), needed
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True
+    ).stdout
+    exported = {line.split()[-1] for line in symbols.splitlines() if " T " in line}
+    header = (BUILD.parent / "include" / "c4p.h").read_text()
+    assert exported and all(name.startswith("c4p_") and name in header for name in exported)
+    assert (BUILD / "libc4p.a").exists()
+
+
+def test_ranks_get_follow_and_keep_every_binding(tmp_path: Path) -> None:
+    host, peer = HOSTS[0], HOSTS[8]  # different leaves: every QP crosses a spine
+    ctl_config, address = controller_config(FABRIC, tmp_path / "controller")
+    agent_cfg, sock = agent_config(tmp_path / "agent", host, address)
+    with controller(ctl_config) as ctl, FlowIntentClient(address) as flow:
+        job = flow.register_job("train", hosts=[host, peer])
+        reply = job.submit([communicator("dp", qps_per_connection=2, channels=2)])
+        watch = job.watch()
+        try:
+            assert watch.wait_revision(reply.revision, 30)
+            everything = watch.mirror.snapshot()
+            mine = _mine(everything, host)
+            theirs = {key_of(b) for b in everything.values()} - set(mine)
+            assert mine and theirs
+            for sport, label in mine.values():
+                assert rdma_flow_label_to_udp_sport(label) == sport
+            session = ("--socket", str(sock), "--job", "train", "--token", job.token)
+            with agent(agent_cfg) as first_agent:
+                with ranks(Rank(*session), Rank(*session)) as (r0, r1):
+                    assert r0.open_code == 0 and r1.open_code == 0
+                    for r in (r0, r1):  # every binding of this host, at once
+                        assert {k: r.lookup(k) for k in mine} == mine
+                        assert all(r.lookup(k) is None for k in theirs)  # other host's QPs
+                    # -- a drain moves some of this host's QPs: exactly those are called back
+                    before = dict(mine)
+                    link = _a_spine_link_of(everything, host)
+                    admin = AdminClient(address, ADMIN_TOKEN)
+                    try:
+                        admin.drain(link, "test", wait=True)
+                    finally:
+                        admin.close()
+                    assert watch.wait(lambda m: _mine(m.bindings, host) != before, 30)
+                    after = _mine(watch.mirror.snapshot(), host)
+                    moved = {k: v for k, v in after.items() if before.get(k) != v}
+                    assert moved
+                    for r in (r0, r1):
+                        assert wait_until(lambda r=r: len(r.replanned()) >= len(moved), 30)
+                        got = {k: (s, lbl) for k, s, lbl in r.replanned()}
+                        assert got == moved  # exactly the affected QPs, with their new ports
+                        assert {k: r.lookup(k) for k in after} == after
+                    # -- the agent dies: the ranks keep every port; it comes back: no change
+                    kill(first_agent)
+                    assert wait_until(lambda: r0.status()[2] == 0, 10)
+                    assert {k: r0.lookup(k) for k in after} == after
+                    with agent(agent_cfg):
+                        assert wait_until(lambda: r0.status()[2] == 1, 30)  # reconnected
+                        assert {k: r0.lookup(k) for k in after} == after
+                        assert len(r0.replanned()) == len(moved)  # nothing called back again
+                        # -- the controller dies: a new rank is still served from the agent
+                        kill(ctl)
+                        with ranks(Rank(*session)) as (late,):
+                            assert {k: late.lookup(k) for k in after} == after
+                    # -- agent restart while the controller is away: served from its disk
+                    with agent(agent_cfg), ranks(Rank(*session)) as (fresh,):
+                        assert fresh.open_code == 0
+                        assert {k: fresh.lookup(k) for k in after} == after
+                        # -- static mode, same ports as the agent
+                        path = _static_file(tmp_path / f"{host}.c4pb", "train", host, after)
+                        static = ("--file", str(path), "--job", "train", "--fabric", FABRIC.name)
+                        with ranks(Rank(*static, "--host", host)) as (offline,):
+                            assert offline.open_code == 0
+                            assert {k: offline.lookup(k) for k in after} == {
+                                k: fresh.lookup(k) for k in after
+                            }
+        finally:
+            watch.stop()
+
+
+def _a_spine_link_of(bindings: dict[object, AppliedBinding], host: str) -> str:
+    """A leaf--spine link that some QP of ``host`` crosses."""
+    for b in sorted(bindings.values(), key=key_of):
+        if b.src_port.split(":")[0] == host:
+            return f"{b.path[1]}--{b.path[2]}"  # NIC port, leaf, spine, ...
+    raise AssertionError("no QP from the host")
+
+
+def test_refusals_give_clear_codes_and_no_crash(tmp_path: Path) -> None:
+    host, peer = HOSTS[1], HOSTS[9]
+    ctl_config, address = controller_config(FABRIC, tmp_path / "controller")
+    agent_cfg, sock = agent_config(tmp_path / "agent", host, address, mode="0666")
+    with controller(ctl_config), FlowIntentClient(address) as flow, agent(agent_cfg):
+        job = flow.register_job("other", hosts=[host, peer])
+        job.submit([communicator("dp")])
+        base = ("--socket", str(sock), "--job", "other")
+        wrong = Rank(*base, "--token", "not-the-token-of-this-job-0123456789")
+        stale = Rank(*base, "--token", job.token, "--wire-version", "2")
+        absent = Rank("--socket", str(tmp_path / "nowhere.sock"), "--job", "x", "--token", "t")
+        with ranks(wrong, stale, absent):
+            assert wrong.open_code == 5  # C4P_EAUTH
+            assert stale.open_code == 8  # C4P_EVERSION
+            assert absent.open_code == 4  # C4P_ECONNECT
+        # the agent still serves after all that
+        with ranks(Rank(*base, "--token", job.token)) as (good,):
+            assert good.open_code == 0
+
+
+def test_static_file_for_another_job_or_fabric_is_refused(tmp_path: Path) -> None:
+    ports = {("dp", 0, 1, 0, 0): (0xC001, 1)}
+    path = _static_file(tmp_path / "h.c4pb", "train", "h0000", ports)
+    cases = {
+        ("--job", "train", "--fabric", FABRIC.name): 0,
+        ("--job", "other", "--fabric", FABRIC.name): 10,  # C4P_EMISMATCH
+        ("--job", "train", "--fabric", "elsewhere"): 10,
+        ("--job", "train", "--fabric", FABRIC.name, "--host", "h0001"): 10,
+    }
+    for args, code in cases.items():
+        with ranks(Rank("--file", str(path), *args, "--log")) as (r,):
+            assert r.open_code == code, args
+    broken = tmp_path / "broken.c4pb"
+    broken.write_text(path.read_text().replace("49153 1", "49154 1"))  # port != label's port
+    truncated = tmp_path / "short.c4pb"
+    truncated.write_text(path.read_text().rsplit("\nb ", 1)[0] + "\n")
+    for bad in (broken, truncated, tmp_path / "missing.c4pb"):
+        with ranks(Rank("--file", str(bad), "--job", "train", "--fabric", FABRIC.name)) as (r,):
+            assert r.open_code == 11  # C4P_EFILE
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching uids needs root")
+def test_sockets_of_other_users_are_refused(tmp_path: Path) -> None:
+    """A rank of another user is refused by the agent's SO_PEERCRED policy (socket mode
+    0666, so the kernel lets it connect); a socket served by another user is refused by the
+    library. Both uids are switched for real with setpriv."""
+    ctl_config, address = controller_config(FABRIC, tmp_path / "controller")
+    agent_cfg, sock = agent_config(tmp_path / "agent", HOSTS[2], address, mode="0666")
+    os.chmod(tmp_path, 0o755)
+    with controller(ctl_config), agent(agent_cfg):
+        args = ("--socket", str(sock), "--job", "j", "--token", "t" * 20)
+        with ranks(Rank(*args, user=65534)) as (stranger,):
+            assert stranger.open_code == 6  # C4P_EPERM
+    rogue_sock = tmp_path / "rogue.sock"
+    server = subprocess.Popen(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c",
+         _ROGUE, str(rogue_sock)]  # fmt: skip
+    )
+    try:
+        assert wait_until(rogue_sock.exists, 20)
+        with ranks(Rank("--socket", str(rogue_sock), "--job", "j", "--token", "t")) as (r,):
+            assert r.open_code == 14  # C4P_EPEER
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+_ROGUE = """
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o666)
+s.listen(4); s.settimeout(60)
+while True:
+    c, _ = s.accept(); c.recv(4096); c.close()
+"""
