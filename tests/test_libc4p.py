@@ -9,7 +9,13 @@ check on ``connect``, glibc's dynamic loader (SONAME, exported symbols) and valg
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
+import sys
+import tempfile
+import threading
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -28,7 +34,9 @@ from libc4p_cases import (
 )
 from service_cases import ADMIN_TOKEN, busy_fabric, hosts, wait_until
 
+from c4p.agent import wire
 from c4p.agent.static import HostFile, StaticBinding
+from c4p.agent.wire import BindingSet, Kind, LocalBinding, QpKey
 from c4p.client import AdminClient, FlowIntentClient, communicator
 from c4p.client.mirror import AppliedBinding
 from topology.roce import rdma_flow_label_to_udp_sport
@@ -196,24 +204,44 @@ def test_sockets_of_other_users_are_refused(tmp_path: Path) -> None:
     0666, so the kernel lets it connect); a socket served by another user is refused by the
     library. Both uids are switched for real with setpriv."""
     ctl_config, address = controller_config(FABRIC, tmp_path / "controller")
-    agent_cfg, sock = agent_config(tmp_path / "agent", HOSTS[2], address, mode="0666")
-    os.chmod(tmp_path, 0o755)
-    with controller(ctl_config), agent(agent_cfg):
-        args = ("--socket", str(sock), "--job", "j", "--token", "t" * 20)
-        with ranks(Rank(*args, user=65534)) as (stranger,):
-            assert stranger.open_code == 6  # C4P_EPERM
-    rogue_sock = tmp_path / "rogue.sock"
-    server = subprocess.Popen(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c",
-         _ROGUE, str(rogue_sock)]  # fmt: skip
-    )
+    shared = Path(
+        tempfile.mkdtemp(prefix="c4p-uid-")
+    )  # pytest's own tmp is 0700: not for uid 65534
     try:
-        assert wait_until(rogue_sock.exists, 20)
-        with ranks(Rank("--socket", str(rogue_sock), "--job", "j", "--token", "t")) as (r,):
-            assert r.open_code == 14  # C4P_EPEER
+        os.chmod(shared, 0o755)
+        agent_cfg, sock = agent_config(shared / "agent", HOSTS[2], address, mode="0666")
+        os.chmod(sock.parent, 0o755)
+        with controller(ctl_config), agent(agent_cfg):
+            args = ("--socket", str(sock), "--job", "j", "--token", "t" * 20)
+            with ranks(Rank(*args, user=65534)) as (stranger,):
+                assert stranger.open_code == 6  # C4P_EPERM
+            os.chmod(sock, 0o660)  # now the kernel itself refuses the connect
+            with ranks(Rank(*args, user=65534)) as (stranger,):
+                assert stranger.open_code == 4  # C4P_ECONNECT
+        (shared / "rogue").mkdir()
+        os.chown(shared / "rogue", 65534, 65534)
+        rogue_sock = shared / "rogue" / "agent.sock"
+        server = subprocess.Popen(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                _ROGUE,
+                str(rogue_sock),
+            ]  # fmt: skip
+        )
+        try:
+            assert wait_until(rogue_sock.exists, 20)
+            with ranks(Rank("--socket", str(rogue_sock), "--job", "j", "--token", "t")) as (r,):
+                assert r.open_code == 14  # C4P_EPEER
+        finally:
+            server.kill()
+            server.wait(10)
     finally:
-        server.kill()
-        server.wait(10)
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 _ROGUE = """
@@ -223,3 +251,58 @@ s.listen(4); s.settimeout(60)
 while True:
     c, _ = s.accept(); c.recv(4096); c.close()
 """
+
+
+def _fake_agent(path: Path, answers: list[bytes]) -> threading.Thread:
+    """A Unix socket server that takes a HELLO and answers with raw bytes, once per answer."""
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(len(answers))
+    server.settimeout(60)
+
+    def serve() -> None:
+        try:
+            for answer in answers:
+                conn, _ = server.accept()
+                with conn:
+                    conn.settimeout(10)
+                    conn.recv(4096)
+                    conn.sendall(answer)
+                    conn.settimeout(2)
+                    with suppress(OSError):
+                        conn.recv(1)  # the rank closes first (or we time out)
+        finally:
+            server.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_malformed_or_truncated_agent_messages_are_protocol_errors(tmp_path: Path) -> None:
+    one = LocalBinding(QpKey("dp", 0, 1, 0, 0), 0xC001, 1, 3)
+    welcome = wire.encode(wire.Welcome("h", True, BindingSet(3, Kind.FULL, (one,))))
+    header = welcome[: wire.HEADER.size]
+    cases = {
+        b"XXXX" + welcome[4:]: 7,  # bad magic
+        welcome[:-5]: 7,  # truncated payload, then close
+        header[:7]: 7,  # truncated header
+        header[:8] + (99).to_bytes(4, "big") + b"\x01\x00\x01h" + b"\xff" * 95: 7,  # bad body
+        wire.encode(wire.Welcome("h", True, BindingSet(3, Kind.FULL, (one,))), version=2): 8,
+        wire.encode(wire.Error(wire.Code.AUTH, "no")): 5,
+    }
+    sock = tmp_path / "fake.sock"
+    thread = _fake_agent(sock, list(cases))
+    args = ("--socket", str(sock), "--job", "j", "--token", "t", "--timeout-ms", "3000")
+    for expected in cases.values():
+        with ranks(Rank(*args)) as (r,):
+            assert r.open_code == expected
+    thread.join(30)
+    # A live session that receives garbage keeps every port and only drops the connection.
+    sock.unlink(missing_ok=True)
+    thread = _fake_agent(sock, [welcome + b"C4PL\x00\x01\x00\x03\x00\x00\x00\x04abcd"])
+    with ranks(Rank(*args)) as (r,):
+        assert r.open_code == 0
+        assert wait_until(lambda: r.status()[2] == 0, 10)
+        assert r.lookup(("dp", 0, 1, 0, 0)) == (0xC001, 1)
+    thread.join(30)

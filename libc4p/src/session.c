@@ -229,11 +229,14 @@ static c4p_result agent_connect(c4p_session *s, c4p_list *changed) {
   uint8_t *hello = NULL;
   size_t len = 0;
   c4p_result rc = c4p_encode_hello(s->wire_version, s->job_id, s->token, &hello, &len);
-  if (rc == C4P_OK) rc = send_all(fd, hello, len);
+  /* A send that fails still reads: an agent that refuses the peer says why, then closes,
+   * possibly before our HELLO got there. */
+  c4p_result sent = rc == C4P_OK ? send_all(fd, hello, len) : rc;
   free(hello);
   c4p_header h;
   uint8_t *payload = NULL;
   if (rc == C4P_OK) rc = read_frame(s, fd, now_ms() + s->timeout_ms, &h, &payload);
+  if (rc != C4P_OK && sent != C4P_OK) rc = sent;
   if (rc == C4P_OK) {
     if (h.type == C4P_MSG_ERROR) {
       rc = error_frame(s, payload, h.length);
