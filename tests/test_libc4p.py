@@ -98,53 +98,55 @@ def test_ranks_get_follow_and_keep_every_binding(tmp_path: Path) -> None:
             for sport, label in mine.values():
                 assert rdma_flow_label_to_udp_sport(label) == sport
             session = ("--socket", str(sock), "--job", "train", "--token", job.token)
-            with agent(agent_cfg) as first_agent:
-                with ranks(Rank(*session), Rank(*session)) as (r0, r1):
-                    assert r0.open_code == 0 and r1.open_code == 0
-                    for r in (r0, r1):  # every binding of this host, at once
-                        assert {k: r.lookup(k) for k in mine} == mine
-                        assert all(r.lookup(k) is None for k in theirs)  # other host's QPs
-                    # -- a drain moves some of this host's QPs: exactly those are called back
-                    before = dict(mine)
-                    link = _a_spine_link_of(everything, host)
-                    admin = AdminClient(address, ADMIN_TOKEN)
-                    try:
-                        admin.drain(link, "test", wait=True)
-                    finally:
-                        admin.close()
-                    assert watch.wait(lambda m: _mine(m.bindings, host) != before, 30)
-                    after = _mine(watch.mirror.snapshot(), host)
-                    moved = {k: v for k, v in after.items() if before.get(k) != v}
-                    assert moved
-                    for r in (r0, r1):
-                        assert wait_until(lambda r=r: len(r.replanned()) >= len(moved), 30)
-                        got = {k: (s, lbl) for k, s, lbl in r.replanned()}
-                        assert got == moved  # exactly the affected QPs, with their new ports
-                        assert {k: r.lookup(k) for k in after} == after
-                    # -- the agent dies: the ranks keep every port; it comes back: no change
-                    kill(first_agent)
-                    assert wait_until(lambda: r0.status()[2] == 0, 10)
+            with (
+                agent(agent_cfg) as first_agent,
+                ranks(Rank(*session), Rank(*session)) as (r0, r1),
+            ):
+                assert r0.open_code == 0 and r1.open_code == 0
+                for r in (r0, r1):  # every binding of this host, at once
+                    assert {k: r.lookup(k) for k in mine} == mine
+                    assert all(r.lookup(k) is None for k in theirs)  # other host's QPs
+                # -- a drain moves some of this host's QPs: exactly those are called back
+                before = dict(mine)
+                link = _a_spine_link_of(everything, host)
+                admin = AdminClient(address, ADMIN_TOKEN)
+                try:
+                    admin.drain(link, "test", wait=True)
+                finally:
+                    admin.close()
+                assert watch.wait(lambda m: _mine(m.bindings, host) != before, 30)
+                after = _mine(watch.mirror.snapshot(), host)
+                moved = {k: v for k, v in after.items() if before.get(k) != v}
+                assert moved
+                for r in (r0, r1):
+                    assert wait_until(lambda r=r: len(r.replanned()) >= len(moved), 30)
+                    got = {k: (s, lbl) for k, s, lbl in r.replanned()}
+                    assert got == moved  # exactly the affected QPs, with their new ports
+                    assert {k: r.lookup(k) for k in after} == after
+                # -- the agent dies: the ranks keep every port; it comes back: no change
+                kill(first_agent)
+                assert wait_until(lambda: r0.status()[2] == 0, 10)
+                assert {k: r0.lookup(k) for k in after} == after
+                with agent(agent_cfg):
+                    assert wait_until(lambda: r0.status()[2] == 1, 30)  # reconnected
                     assert {k: r0.lookup(k) for k in after} == after
-                    with agent(agent_cfg):
-                        assert wait_until(lambda: r0.status()[2] == 1, 30)  # reconnected
-                        assert {k: r0.lookup(k) for k in after} == after
-                        assert len(r0.replanned()) == len(moved)  # nothing called back again
-                        # -- the controller dies: a new rank is still served from the agent
-                        kill(ctl)
-                        with ranks(Rank(*session)) as (late,):
-                            assert {k: late.lookup(k) for k in after} == after
-                    # -- agent restart while the controller is away: served from its disk
-                    with agent(agent_cfg), ranks(Rank(*session)) as (fresh,):
-                        assert fresh.open_code == 0
-                        assert {k: fresh.lookup(k) for k in after} == after
-                        # -- static mode, same ports as the agent
-                        path = _static_file(tmp_path / f"{host}.c4pb", "train", host, after)
-                        static = ("--file", str(path), "--job", "train", "--fabric", FABRIC.name)
-                        with ranks(Rank(*static, "--host", host)) as (offline,):
-                            assert offline.open_code == 0
-                            assert {k: offline.lookup(k) for k in after} == {
-                                k: fresh.lookup(k) for k in after
-                            }
+                    assert len(r0.replanned()) == len(moved)  # nothing called back again
+                    # -- the controller dies: a new rank is still served from the agent
+                    kill(ctl)
+                    with ranks(Rank(*session)) as (late,):
+                        assert {k: late.lookup(k) for k in after} == after
+                # -- agent restart while the controller is away: served from its disk
+                with agent(agent_cfg), ranks(Rank(*session)) as (fresh,):
+                    assert fresh.open_code == 0
+                    assert {k: fresh.lookup(k) for k in after} == after
+                    # -- static mode, same ports as the agent
+                    path = _static_file(tmp_path / f"{host}.c4pb", "train", host, after)
+                    static = ("--file", str(path), "--job", "train", "--fabric", FABRIC.name)
+                    with ranks(Rank(*static, "--host", host)) as (offline,):
+                        assert offline.open_code == 0
+                        assert {k: offline.lookup(k) for k in after} == {
+                            k: fresh.lookup(k) for k in after
+                        }
         finally:
             watch.stop()
 

@@ -44,7 +44,7 @@ from c4p.agent.wire import (
     encode,
     parse_header,
 )
-from c4p.errors import C4pError
+from c4p.errors import C4pError, TopologyError
 from topology.formats import problems_of
 
 log = logging.getLogger("c4p.agent.local")
@@ -188,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as exc:
         problems = "; ".join(f"{p}: {r}" if p else r for p, r in problems_of(exc))
         print(f"error: {args.config}: {problems}", file=sys.stderr)
+        return 2
+    except TopologyError as exc:  # the file's own errors already name it
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     except (C4pError, ValueError, KeyError, OSError) as exc:
         print(f"error: {args.config}: {exc}", file=sys.stderr)
