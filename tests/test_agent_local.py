@@ -16,6 +16,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from libc4p_cases import agent, agent_config, free_port
+from service_cases import hosts, serving, spread_fabric
 
 from c4p.agent import wire
 from c4p.agent.local import main
@@ -178,3 +179,37 @@ def test_cached_token_is_served_from_disk_with_the_controller_away(cached_agent:
     assert got == {(0, 0xC001), (1, 0xC002)}
     refused = _welcome(cached_agent, "another-token-0123456789")  # cannot be checked now
     assert isinstance(refused, wire.Error) and refused.code == Code.UNAVAILABLE
+
+
+def test_watch_bindings_filters_by_source_host(tmp_path: Path) -> None:
+    """``WatchBindingsRequest.src_hosts``: only the QPs leaving those hosts; none is the old
+    behaviour (every QP)."""
+    import grpc
+
+    from c4p.api.v1 import flow_intent_pb2 as fi
+    from c4p.client import FlowIntentClient, communicator
+    from c4p.client.wire import FLOW, auth
+
+    fabric = spread_fabric()
+    names = hosts(fabric)
+    with serving(fabric, tmp_path) as service, FlowIntentClient(service.address) as flow:
+        job = flow.register_job("f", hosts=[names[0], names[1]])
+        reply = job.submit([communicator("dp", qps_per_connection=2)])
+        with grpc.insecure_channel(service.address) as channel:
+            watch = channel.unary_stream(
+                FLOW + "WatchBindings",
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=fi.BindingUpdate.FromString,
+            )
+
+            def first(hosts_: list[str]) -> list[str]:
+                request = fi.WatchBindingsRequest(job_id="f", src_hosts=hosts_)
+                for update in watch(request, metadata=auth(job.token), timeout=30):
+                    if update.intent_revision >= reply.revision and not update.more:
+                        return [b.src_port for b in update.bindings]
+                raise AssertionError("the stream ended")
+
+            every = first([])
+            only = first([names[0]])
+    assert {p.split(":")[0] for p in every} == {names[0], names[1]}
+    assert only and sorted(only) == sorted(p for p in every if p.startswith(names[0] + ":"))

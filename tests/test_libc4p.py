@@ -308,3 +308,56 @@ def test_malformed_or_truncated_agent_messages_are_protocol_errors(tmp_path: Pat
         assert wait_until(lambda: r.status()[2] == 0, 10)
         assert r.lookup(("dp", 0, 1, 0, 0)) == (0xC001, 1)
     thread.join(30)
+
+
+def test_plan_bindings_dir_files_give_the_planned_ports(tmp_path: Path) -> None:
+    """``c4p plan --bindings --bindings-dir``: every host file opens in libc4p and gives, for
+    every QP leaving that host, the port of the bindings file."""
+    from test_cli import _small_fabric_and_jobs, run_json
+
+    from c4p.files import load_fabric, load_model
+    from solver.jobs import JobsFile
+    from solver.patterns import derive_workload
+    from southbound.bindings import BindingSet as PlannedBindings
+
+    fabric_path, jobs_path = _small_fabric_and_jobs(tmp_path)
+    out_dir, bindings_path = tmp_path / "hosts", tmp_path / "bindings.json"
+    report = run_json("plan", "--fabric", str(fabric_path), "--jobs", str(jobs_path),
+                      "-o", str(tmp_path / "plan.json"), "--bindings", str(bindings_path),
+                      "--bindings-dir", str(out_dir))  # fmt: skip
+    fabric = load_fabric(fabric_path)
+    workload = derive_workload(fabric, load_model(JobsFile, jobs_path), str(jobs_path))
+    conns = {(c.job, c.communicator, c.index): c for c in workload.connections}
+    planned = load_model(PlannedBindings, bindings_path)
+    files = sorted(out_dir.glob("*/*.c4pb"))
+    assert sorted(report["bindings_dir"]) == sorted(str(p) for p in files)
+    seen = 0
+    for path in files:
+        job, host = path.parent.name, path.stem
+        want: dict[Key, tuple[int, int]] = {}
+        for b in planned.bindings:
+            if b.job == job and b.src.split(":")[0] == host:
+                c = conns[(b.job, b.communicator, b.connection)]
+                want[(b.communicator, c.src_rank, c.dst_rank, c.channel, b.qp)] = (
+                    b.sport,
+                    b.flow_label,
+                )
+        args = ("--file", str(path), "--job", job, "--fabric", fabric.name, "--host", host)
+        with ranks(Rank(*args, valgrind=False)) as (r,):
+            assert r.open_code == 0
+            assert {k: r.lookup(k) for k in want} == want
+            assert r.status()[1] == len(want)
+        seen += len(want)
+    assert seen == len(planned.bindings) > 0
+
+
+def test_the_rdma_example_runs_where_a_device_exists() -> None:
+    example = BUILD / "c4p_pingpong"
+    if not example.exists():
+        pytest.skip("libibverbs-dev (<infiniband/verbs.h>) is not installed: example not built")
+    done = subprocess.run(
+        [str(example), "--iters", "10"], capture_output=True, text=True, timeout=60
+    )
+    if done.returncode == 77:
+        pytest.skip("no RDMA device on this machine: the example compiled but was not run")
+    assert done.returncode == 0, done.stdout + done.stderr
