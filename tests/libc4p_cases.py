@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -169,6 +170,7 @@ class Rank:
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.replans: list[tuple[Key, int, int]] = []
+        self.replan_times: list[float] = []  # time.monotonic() when each line was read
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -181,6 +183,7 @@ class Rank:
             if words and words[0] == "replan":
                 with self._lock:
                     self.replans.append((_key(words[1:6]), int(words[6]), int(words[7])))
+                    self.replan_times.append(time.monotonic())
             else:
                 self.lines.put(line.strip())
 

@@ -18,6 +18,8 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +31,6 @@ from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
 from c4p.client.sync import Backoff
 from c4p.client.wire import FLOW, ApiError, auth, secure_aio_channel
-from c4p.files import write_text
 
 log = logging.getLogger("c4p.agent.jobs")
 
@@ -37,6 +38,19 @@ Ref = tuple[str, int, int]  # (communicator, connection, qp): the controller's n
 Listener = Callable[[BindingSet], None]
 _FINAL = {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED}
 STATE_VERSION = 1
+
+
+def write_private(path: Path, text: str) -> None:
+    """Atomically (a temporary file beside it, then a rename), readable by the owner only."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def token_hash(token: str) -> str:
@@ -123,7 +137,7 @@ class JobView:
             "known": self.known,
             "bindings": rows,
         }
-        write_text(self.path, json.dumps(doc, separators=(",", ":")))
+        write_private(self.path, json.dumps(doc, separators=(",", ":")))
 
     @classmethod
     def load(cls, path: Path) -> JobView:

@@ -26,6 +26,7 @@ import struct
 import sys
 from pathlib import Path
 
+import yaml
 from pydantic import ValidationError
 
 from c4p.agent.jobs import JobBook, JobView
@@ -44,8 +45,6 @@ from c4p.agent.wire import (
     encode,
     parse_header,
 )
-from c4p.errors import C4pError, TopologyError
-from topology.formats import problems_of
 
 log = logging.getLogger("c4p.agent.local")
 _HELLO_TIMEOUT_S = 10.0
@@ -186,13 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         config = load_bindings_config(args.config)
         config.controller.client_tls()
     except ValidationError as exc:
-        problems = "; ".join(f"{p}: {r}" if p else r for p, r in problems_of(exc))
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
         print(f"error: {args.config}: {problems}", file=sys.stderr)
         return 2
-    except TopologyError as exc:  # the file's own errors already name it
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (C4pError, ValueError, KeyError, OSError) as exc:
+    except (yaml.YAMLError, ValueError, KeyError, OSError) as exc:
         print(f"error: {args.config}: {exc}", file=sys.stderr)
         return 2
     asyncio.run(run(config, args.ready_file))

@@ -15,10 +15,10 @@ import pwd
 from enum import StrEnum
 from pathlib import Path
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from c4p.client.wire import ClientTls
-from c4p.files import load_model
 
 
 class _Frozen(BaseModel):
@@ -103,8 +103,14 @@ class BindingsAgentConfig(_Frozen):
 
 
 def load_bindings_config(path: Path) -> BindingsAgentConfig:
-    """The config file, with relative paths taken from its directory."""
-    config = load_model(BindingsAgentConfig, path)
+    """The config file (YAML or JSON), with relative paths taken from its directory.
+
+    Read with PyYAML and pydantic only: the agent runs on every GPU host and must not pull in
+    the planner's dependencies (OR-Tools, numpy) through the shared file helpers."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("expected a mapping at the top")
+    config = BindingsAgentConfig.model_validate(data)
     base = path.resolve().parent
 
     def rel(p: Path | None) -> Path | None:

@@ -8,6 +8,8 @@
  *   status                    -> "status EPOCH COUNT CONNECTED"
  *   bench ROUNDS              -> lookups of every key asked so far, ROUNDS times:
  *                                "bench P50_NS P99_NS LOOKUPS"
+ *   reopen N                  -> open and close N more sessions with the same options:
+ *                                "reopen N TOTAL_NS BINDINGS_PER_OPEN"
  *   quit                      -> close the session, exit 0
  * Every re-plan callback prints "replan COMM SRC DST CH QP SPORT LABEL EPOCH". */
 #define _POSIX_C_SOURCE 200809L
@@ -139,6 +141,19 @@ int main(int argc, char **argv) {
       fflush(stdout);
       pthread_mutex_unlock(&out_lock);
       free(t);
+    } else if (sscanf(line, "reopen %u", &rounds) == 1) {
+      size_t count = 0;
+      uint64_t t0 = ns();
+      for (unsigned i = 0; i < rounds; i++) {
+        c4p_session *again = NULL;
+        if (c4p_open(&o, &again) != C4P_OK) return 5;
+        c4p_status(again, NULL, &count, NULL);
+        c4p_close(again);
+      }
+      pthread_mutex_lock(&out_lock);
+      printf("reopen %u %" PRIu64 " %zu\n", rounds, ns() - t0, count);
+      fflush(stdout);
+      pthread_mutex_unlock(&out_lock);
     } else if (strncmp(line, "quit", 4) == 0) {
       break;
     }
