@@ -147,9 +147,11 @@ def key_of(b: AppliedBinding) -> Key:
 class Rank:
     """``c4p_check`` as a process: one command per line in, one answer per line out."""
 
-    def __init__(self, *args: str, valgrind: bool = True, user: int | None = None) -> None:
-        argv = [str(CHECK), *args]
-        if valgrind and VALGRIND is not None:
+    def __init__(
+        self, *args: str, valgrind: bool = True, user: int | None = None, binary: Path = CHECK
+    ) -> None:
+        argv = [str(binary), *args]
+        if valgrind and VALGRIND is not None and binary == CHECK:
             argv = [
                 VALGRIND,
                 "-q",

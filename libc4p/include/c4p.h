@@ -100,6 +100,9 @@ typedef struct c4p_options {
   void *log_user;
   int log_level;             /* messages up to this level are passed (default C4P_LOG_WARN) */
   int wire_version;          /* 0: C4P_WIRE_VERSION (other values only for tests) */
+  c4p_replan_fn replan;      /* the re-plan callback from the start (or c4p_subscribe later:
+                                changes that arrive in between are not called back) */
+  void *replan_user;
 } c4p_options;
 
 /* Fill defaults; call before setting fields. */

@@ -356,6 +356,8 @@ c4p_result c4p_open(const c4p_options *o, c4p_session **out) {
   s->log_level = o->log_level;
   s->timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 5000;
   s->wire_version = o->wire_version > 0 ? o->wire_version : C4P_WIRE_VERSION;
+  s->cb = o->replan;
+  s->cb_user = o->replan_user;
   s->job_id = strdup(o->job_id);
   c4p_result rc = s->job_id ? C4P_OK : C4P_ENOMEM;
   if (rc == C4P_OK && o->bindings_file != NULL) {

@@ -10,6 +10,8 @@
  *                                "bench P50_NS P99_NS LOOKUPS"
  *   reopen N                  -> open and close N more sessions with the same options:
  *                                "reopen N TOTAL_NS BINDINGS_PER_OPEN"
+ *   threads N ROUNDS          -> N threads look up every key asked so far, ROUNDS times,
+ *                                while the library's thread applies updates: "threads OK FAILED"
  *   quit                      -> close the session, exit 0
  * Every re-plan callback prints "replan COMM SRC DST CH QP SPORT LABEL EPOCH". */
 #define _POSIX_C_SOURCE 200809L
@@ -47,6 +49,31 @@ typedef struct key {
   uint32_t v[4];
 } key;
 
+typedef struct worker {
+  c4p_session *s;
+  const key *keys;
+  size_t nkeys;
+  unsigned rounds;
+  size_t ok, failed;
+  pthread_t id;
+} worker;
+
+static void *look(void *arg) {
+  worker *w = arg;
+  c4p_binding b;
+  for (unsigned r = 0; r < w->rounds; r++)
+    for (size_t i = 0; i < w->nkeys; i++) {
+      const key *k = &w->keys[i];
+      c4p_result rc = c4p_lookup(w->s, k->comm, k->v[0], k->v[1], k->v[2], k->v[3], &b);
+      if (rc == C4P_OK && strcmp(b.communicator, k->comm) == 0 && b.udp_sport >= 0xC000 &&
+          c4p_flow_label_to_udp_sport(b.flow_label) == b.udp_sport)
+        w->ok++;
+      else if (rc != C4P_ENOTYET)
+        w->failed++;
+    }
+  return NULL;
+}
+
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
@@ -82,12 +109,13 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  o.replan = on_replan; /* from the start: no change is missed */
   c4p_session *s = NULL;
   c4p_result rc = c4p_open(&o, &s);
   printf("open %d %s\n", (int)rc, c4p_strerror(rc));
   fflush(stdout);
   if (rc != C4P_OK) return 3;
-  c4p_subscribe(s, on_replan, NULL);
+  c4p_subscribe(s, on_replan, NULL); /* the same callback again: exercises the call */
   key *keys = NULL;
   size_t nkeys = 0, capkeys = 0;
   char line[512];
@@ -152,6 +180,22 @@ int main(int argc, char **argv) {
       }
       pthread_mutex_lock(&out_lock);
       printf("reopen %u %" PRIu64 " %zu\n", rounds, ns() - t0, count);
+      fflush(stdout);
+      pthread_mutex_unlock(&out_lock);
+    } else if (sscanf(line, "threads %u %u", &v[0], &rounds) == 2 && v[0] > 0 && v[0] <= 64) {
+      worker w[64];
+      size_t ok = 0, failed = 0;
+      for (unsigned i = 0; i < v[0]; i++) {
+        w[i] = (worker){s, keys, nkeys, rounds, 0, 0, 0};
+        if (pthread_create(&w[i].id, NULL, look, &w[i]) != 0) return 4;
+      }
+      for (unsigned i = 0; i < v[0]; i++) {
+        pthread_join(w[i].id, NULL);
+        ok += w[i].ok;
+        failed += w[i].failed;
+      }
+      pthread_mutex_lock(&out_lock);
+      printf("threads %zu %zu\n", ok, failed);
       fflush(stdout);
       pthread_mutex_unlock(&out_lock);
     } else if (strncmp(line, "quit", 4) == 0) {
