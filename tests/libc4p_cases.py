@@ -173,9 +173,13 @@ class Rank:
         self.lines: queue.Queue[str] = queue.Queue()
         self.replans: list[tuple[Key, int, int]] = []
         self.replan_times: list[float] = []  # time.monotonic() when each line was read
+        self.stderr_text = ""  # what the process wrote on stderr, once closed
         self._lock = threading.Lock()
+        self._errors: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self._err_reader = threading.Thread(target=self._read_errors, daemon=True)
+        self._err_reader.start()
         self.opened = self.expect("open", 60)
 
     def _read(self) -> None:
@@ -188,6 +192,11 @@ class Rank:
                     self.replan_times.append(time.monotonic())
             else:
                 self.lines.put(line.strip())
+
+    def _read_errors(self) -> None:
+        assert self.child.stderr is not None
+        for line in self.child.stderr:  # drained as it comes: a chatty child never blocks
+            self._errors.append(line)
 
     def expect(self, head: str, timeout: float = 30) -> list[str]:
         while True:
@@ -235,11 +244,13 @@ class Rank:
             if self.child.poll() is None:
                 self.child.kill()
                 self.child.wait(10)
-        err = self.child.stderr.read() if self.child.stderr else ""
+        self._reader.join(30)  # the child is gone: its pipes end, and so do the readers
+        self._err_reader.join(30)
+        err = "".join(self._errors)
+        self.stderr_text = err
         for stream in (self.child.stdin, self.child.stdout, self.child.stderr):
             with suppress(Exception):
                 stream.close()  # type: ignore[union-attr]
-        self._reader.join(10)
         return self.child.returncode, err
 
 

@@ -192,6 +192,8 @@ def test_static_file_for_another_job_or_fabric_is_refused(tmp_path: Path) -> Non
     for args, code in cases.items():
         with ranks(Rank("--file", str(path), *args, "--log")) as (r,):
             assert r.open_code == code, args
+        if code == 10:  # with a log callback, the library says which of the three differs
+            assert " is for " in r.stderr_text and "h.c4pb" in r.stderr_text, r.stderr_text
     broken = tmp_path / "broken.c4pb"
     broken.write_text(path.read_text().replace("49153 1", "49154 1"))  # port != label's port
     truncated = tmp_path / "short.c4pb"
@@ -300,6 +302,7 @@ def test_malformed_or_truncated_agent_messages_are_protocol_errors(tmp_path: Pat
     for expected in cases.values():
         with ranks(Rank(*args)) as (r,):
             assert r.open_code == expected
+        assert r.stderr_text == ""  # the library prints nothing unless given a log callback
     thread.join(30)
     # A live session that receives garbage keeps every port and only drops the connection.
     sock.unlink(missing_ok=True)
