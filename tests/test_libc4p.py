@@ -104,6 +104,7 @@ def test_ranks_get_follow_and_keep_every_binding(tmp_path: Path) -> None:
                 ranks(Rank(*session), Rank(*session)) as (r0, r1),
             ):
                 assert r0.open_code == 0 and r1.open_code == 0
+                assert sock.stat().st_mode & 0o777 == 0o660  # the default mode
                 for r in (r0, r1):  # every binding of this host, at once
                     assert {k: r.lookup(k) for k in mine} == mine
                     assert all(r.lookup(k) is None for k in theirs)  # other host's QPs
@@ -214,13 +215,20 @@ def test_sockets_of_other_users_are_refused(tmp_path: Path) -> None:
     )  # pytest's own tmp is 0700: not for uid 65534
     try:
         os.chmod(shared, 0o755)
-        agent_cfg, sock = agent_config(shared / "agent", HOSTS[2], address, mode="0666")
+        agent_cfg, sock = agent_config(
+            shared / "agent", HOSTS[2], address, mode="0666", group="65534"
+        )
         os.chmod(sock.parent, 0o755)
         with controller(ctl_config), agent(agent_cfg):
+            info = sock.stat()  # the agent set the configured group and mode
+            assert (info.st_gid, info.st_mode & 0o777) == (65534, 0o666)
             args = ("--socket", str(sock), "--job", "j", "--token", "t" * 20)
             with ranks(Rank(*args, user=65534)) as (stranger,):
                 assert stranger.open_code == 6  # C4P_EPERM
-            os.chmod(sock, 0o660)  # now the kernel itself refuses the connect
+            os.chmod(sock, 0o660)  # its group (65534) may connect: the policy still refuses
+            with ranks(Rank(*args, user=65534)) as (stranger,):
+                assert stranger.open_code == 6  # C4P_EPERM
+            os.chmod(sock, 0o600)  # now the kernel itself refuses the connect
             with ranks(Rank(*args, user=65534)) as (stranger,):
                 assert stranger.open_code == 4  # C4P_ECONNECT
         (shared / "rogue").mkdir()
