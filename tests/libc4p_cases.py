@@ -53,7 +53,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def controller_config(fabric: Fabric, directory: Path) -> tuple[Path, str]:
+def controller_config(
+    fabric: Fabric, directory: Path, metrics: str | None = None
+) -> tuple[Path, str]:
     """A ``c4p serve`` config on a free port (a restart comes back on the same one)."""
     directory.mkdir(parents=True, exist_ok=True)
     save_fabric(fabric, directory / "fabric.json")
@@ -66,7 +68,7 @@ def controller_config(fabric: Fabric, directory: Path) -> tuple[Path, str]:
                 "listen": {"address": address, "grace_s": 0.5},
                 "store": {"path": "state/c4p.db", "synchronous": "normal"},
                 "auth": {"admin": [{"value": ADMIN_TOKEN}]},
-                "metrics": {"address": None},
+                "metrics": {"address": metrics},
                 "logging": {"level": "warning"},
                 "controller": {"debounce_s": 0.02, "max_delay_s": 0.2},
                 "planner": {"budget_s": 1.0},

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from contextlib import suppress
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from libc4p_cases import (
     build_libc4p,
     controller,
     controller_config,
+    free_port,
     key_of,
     kill,
     ranks,
@@ -441,3 +443,48 @@ def test_lookups_from_many_threads_while_updates_arrive(tmp_path: Path, sanitize
         code, err = rank.close()
         thread.join(30)
     assert code == 0 and "Sanitizer" not in err, err
+
+
+def _pushed(metrics: str) -> float:
+    """The controller's ``c4p_bindings_pushed_total`` (Prometheus text format)."""
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    for line in text.splitlines():
+        if line.startswith("c4p_bindings_pushed_total "):
+            return float(line.split()[1])
+    raise AssertionError("no c4p_bindings_pushed_total")
+
+
+def test_a_restarted_agent_resumes_its_streams_from_their_epochs(tmp_path: Path) -> None:
+    """After a restart the agent asks for what changed since the epoch on its disk: the
+    controller pushes nothing when nothing changed. Without its disk state it gets the full set
+    again (which shows the counter would see a resume from 0)."""
+    host, peer = HOSTS[3], HOSTS[11]
+    metrics = f"127.0.0.1:{free_port()}"
+    ctl_config, address = controller_config(FABRIC, tmp_path / "controller", metrics)
+    agent_cfg, sock = agent_config(tmp_path / "agent", host, address)
+    with controller(ctl_config), FlowIntentClient(address) as flow:
+        job = flow.register_job("resume", hosts=[host, peer])
+        reply = job.submit([communicator("dp", qps_per_connection=2)])
+        watch = job.watch()
+        try:
+            assert watch.wait_revision(reply.revision, 30)
+            mine = _mine(watch.mirror.snapshot(), host)
+        finally:
+            watch.stop()
+        session = ("--socket", str(sock), "--job", "resume", "--token", job.token)
+        with agent(agent_cfg) as first, ranks(Rank(*session, valgrind=False)) as (r,):
+            assert {k: r.lookup(k) for k in mine} == mine
+            kill(first)
+            before = _pushed(metrics)
+            state = tmp_path / "agent" / "state" / "jobs" / "resume.json"
+            saved = state.stat().st_ino
+            with agent(agent_cfg):
+                assert wait_until(lambda: r.status()[2] == 1, 30)
+                # the agent rewrites its file after each update: the resumed stream's first
+                assert wait_until(lambda: state.stat().st_ino != saved, 30)
+                assert _pushed(metrics) == before  # resumed: nothing to send
+            state.unlink()
+            with agent(agent_cfg), ranks(Rank(*session, valgrind=False)) as (again,):
+                assert {k: again.lookup(k) for k in mine} == mine
+                assert _pushed(metrics) >= before + len(mine)  # a full set from epoch 0
