@@ -193,9 +193,14 @@ static c4p_result error_frame(c4p_session *s, const uint8_t *payload, uint32_t l
 /* -- connecting ------------------------------------------------------------------------------ */
 
 static c4p_result send_all(int fd, const uint8_t *buf, size_t len) {
-  while (len > 0) {
+  for (int waits = 0; len > 0;) {
     ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN && waits++ < 10) { /* the socket is non-blocking */
+      struct pollfd p = {fd, POLLOUT, 0};
+      poll(&p, 1, 100);
+      continue;
+    }
     if (w <= 0) return C4P_ECONNECT;
     buf += w;
     len -= (size_t)w;
@@ -205,7 +210,9 @@ static c4p_result send_all(int fd, const uint8_t *buf, size_t len) {
 
 /* Connect, check who serves the socket, HELLO, and take the WELCOME (applied to the table). */
 static c4p_result agent_connect(c4p_session *s, c4p_list *changed) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  /* Non-blocking: a connect to an agent whose backlog is full fails at once (EAGAIN) instead
+   * of hanging the thread, so c4p_close never waits on it. */
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return C4P_ECONNECT;
   struct sockaddr_un addr;
   memset(&addr, 0, sizeof addr);
