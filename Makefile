@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit clean stubs sysdeps
+.PHONY: demo test lint typecheck unit clean stubs sysdeps libc4p
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+# The C library for collective libraries (libc4p/build: libc4p.so.1, libc4p.a, the C test
+# driver and, where <infiniband/verbs.h> exists, the RDMA example). Its tests run in `unit`.
+libc4p:
+	$(MAKE) --no-print-directory -C libc4p
+
+unit: $(STAMP) libc4p
 	$(BIN)/pytest
 
 # Debian packages for the real-world tests (netns lab, FRR, lldpd, snmpd, etcd, libibverbs):
@@ -45,4 +50,5 @@ test: $(STAMP) sysdeps
 	exit $$status
 
 clean:
+	$(MAKE) --no-print-directory -C libc4p clean
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from c4p import report
+from c4p.agent.static import host_files, write_host_files
 from c4p.cli.common import JsonOption, console, emit, guarded
 from c4p.errors import C4pError
 from c4p.files import load_fabric, load_model, save_model
@@ -64,6 +65,14 @@ def plan_cmd(
             "switches' hash profiles), checked in the modeled data plane.",
         ),
     ] = None,
+    bindings_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--bindings-dir",
+            help="Also write one small bindings file per host and job "
+            "(DIR/<job>/<host>.c4pb) for libc4p's static mode.",
+        ),
+    ] = None,
     json_path: JsonOption = None,
 ) -> None:
     """Plan every flow's path; compare with ECMP, greedy and the lower bound."""
@@ -90,9 +99,13 @@ def plan_cmd(
         )
         data = report.plan_json(comparison)
         check = None
-        if bindings_path is not None:
+        if bindings_path is not None or bindings_dir is not None:
             routes = routes_from_flows(workload.flows, result.paths)
             bindings = bindings_for_paths(fabric, routes, epoch=1)
+            if bindings_dir is not None:
+                files = host_files(bindings, workload.connections)
+                data["bindings_dir"] = [str(p) for p in write_host_files(files, bindings_dir)]
+        if bindings_path is not None:
             save_model(bindings, bindings_path)
             check = verify(fabric, bindings, routes)
             data["bindings"] = {
@@ -109,6 +122,8 @@ def plan_cmd(
             if check is not None:
                 console.print(check.summary(), highlight=False)
                 console.print(f"wrote {bindings_path}")
+            if bindings_dir is not None:
+                console.print(f"wrote {len(data['bindings_dir'])} host files under {bindings_dir}")
             console.print(f"wrote {output}")
 
         emit(json_path, data, render)

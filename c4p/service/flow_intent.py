@@ -14,6 +14,7 @@ correctness. The stream ends when the job is released or the server stops.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Iterable
 
 from c4p.api.v1 import flow_intent_pb2 as fi
@@ -21,7 +22,7 @@ from c4p.api.v1 import intents_pb2 as pb
 from c4p.controller.errors import LimitExceeded
 from c4p.controller.intake import Intake, Outcome
 from c4p.controller.loop import ControllerLoop
-from c4p.controller.state import ControllerState
+from c4p.controller.state import ControllerState, JobUpdate
 from c4p.controller.triggers import Key, KeyKind
 from c4p.service import convert
 from c4p.service.access import Guard
@@ -122,6 +123,7 @@ class FlowIntentServicer:
         self.metrics.active_streams.inc()
         try:
             seen = int(request.from_epoch)
+            hosts = frozenset(request.src_hosts)
             shown: tuple[object, ...] | None = None
             while not sub.closed:
                 update = await asyncio.to_thread(
@@ -134,6 +136,8 @@ class FlowIntentServicer:
                         state=pb.INTENT_STATE_WITHDRAWN,
                     )
                     return
+                if hosts:
+                    update = only_from_hosts(update, hosts)
                 status = (update.intent_revision, update.state, update.issues, update.control)
                 if shown is None or not update.empty or status != shown:
                     for message in convert.updates(update):
@@ -144,6 +148,14 @@ class FlowIntentServicer:
         finally:
             sub.close()
             self.metrics.active_streams.dec()
+
+
+def only_from_hosts(update: JobUpdate, hosts: frozenset[str]) -> JobUpdate:
+    """The update with only the bindings whose source NIC port is on one of ``hosts`` (a host
+    agent's view). Removals stay whole: a QP key does not name its host, and a client ignores
+    removals of QPs it does not hold."""
+    mine = tuple(h for h in update.bindings if h.binding.src.split(":", 1)[0] in hosts)
+    return dataclasses.replace(update, bindings=mine)
 
 
 # -- streams --------------------------------------------------------------------------------------

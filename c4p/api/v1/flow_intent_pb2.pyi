@@ -91,12 +91,14 @@ class SubmitIntentsResponse(_message.Message):
     def __init__(self, revision: _Optional[int] = ..., communicators: _Optional[_Iterable[_Union[CommunicatorStatus, _Mapping]]] = ..., flows: _Optional[int] = ...) -> None: ...
 
 class WatchBindingsRequest(_message.Message):
-    __slots__ = ("job_id", "from_epoch")
+    __slots__ = ("job_id", "from_epoch", "src_hosts")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FROM_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SRC_HOSTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     from_epoch: int
-    def __init__(self, job_id: _Optional[str] = ..., from_epoch: _Optional[int] = ...) -> None: ...
+    src_hosts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., from_epoch: _Optional[int] = ..., src_hosts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BindingUpdate(_message.Message):
     __slots__ = ("epoch", "kind", "bindings", "removed", "more", "intent_revision", "state", "issues", "reason", "control_mode")
