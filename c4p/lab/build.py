@@ -74,6 +74,7 @@ class Lab:
         self.hash_seed = hash_seed
         self.workdir = workdir or Path(tempfile.gettempdir()) / f"c4p-lab-{self.plan.token}"
         self._bgp: object | None = None
+        self.down_links: set[int] = set()
 
     # -- names -------------------------------------------------------------------------------
 
@@ -214,7 +215,7 @@ class Lab:
         """device -> [(neighbor, our interface, neighbor's address)] over usable cables."""
         adj: dict[str, list[tuple[str, str, ipaddress.IPv4Address]]] = {}
         for c in self.plan.cables:
-            if not self.fabric.links[c.number].usable:
+            if not self.fabric.links[c.number].usable or c.number in self.down_links:
                 continue
             adj.setdefault(c.a.device, []).append((c.b.device, c.a.interface, c.b.address))
             adj.setdefault(c.b.device, []).append((c.a.device, c.b.interface, c.a.address))
@@ -257,6 +258,29 @@ class Lab:
         cable = self.plan.cables[number]
         state = "up" if up else "down"
         netns.ip_batch([f"link set {cable.a.interface} {state}"], cable.a.namespace)
+        if up:
+            self.down_links.discard(number)
+        else:
+            self.down_links.add(number)
+
+    def expected_groups(self) -> dict[str, dict[str, int]]:
+        """Per switch: host cable prefix (``a.b.c.d/31``) -> shortest-path next hops over the
+        cables that are up (what converged routing must show; cables of its own excluded)."""
+        adj = self._adjacency()
+        switches = set(self.plan.switches)
+        out: dict[str, dict[str, int]] = {s: {} for s in self.plan.switches}
+        for c in self.plan.cables:
+            host = c.a if c.a.is_host else c.b if c.b.is_host else None
+            if host is None or c.number in self.down_links:
+                continue
+            prefix = f"{min(c.a.address, c.b.address)}/31"
+            dist = _distances(adj, host.device, switches)
+            for s in self.plan.switches:
+                if s in dist and dist[s] > 1:
+                    out[s][prefix] = sum(
+                        1 for peer, _, _ in adj.get(s, []) if dist.get(peer, -1) == dist[s] - 1
+                    )
+        return out
 
     def wait_routes(self, timeout: float = 60.0) -> None:
         """With BGP, wait until routing agrees with the cables' states (no-op for static)."""

@@ -6,6 +6,7 @@ it (``ip -n NS ...``), and Python 3.11 has no ``setns``. Every command is bounde
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -81,8 +82,6 @@ def delete_namespace(ns: str) -> None:
     """Delete ``ns`` and kill whatever still runs in it (its veths go with it)."""
     pids = run(["ip", "netns", "pids", ns], check=False).split()
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), 9)
-        except (ProcessLookupError, ValueError):
-            pass
     run(["ip", "netns", "del", ns], check=False)
