@@ -58,6 +58,7 @@ class Lab:
         icmp_from: IcmpFrom = "loopback",
         icmp_ratelimit_ms: int = 0,
         hash_seed: int = 0x0C4B,
+        icmp_limit: tuple[int, int] | None = None,
         token: str | None = None,
         workdir: Path | None = None,
     ) -> None:
@@ -72,6 +73,7 @@ class Lab:
         self.icmp_from: IcmpFrom = icmp_from
         self.icmp_ratelimit_ms = icmp_ratelimit_ms
         self.hash_seed = hash_seed
+        self.icmp_limit = icmp_limit
         self.workdir = workdir or Path(tempfile.gettempdir()) / f"c4p-lab-{self.plan.token}"
         self._bgp: object | None = None
         self.down_links: set[int] = set()
@@ -167,6 +169,11 @@ class Lab:
                     "net.ipv4.icmp_errors_use_inbound_ifaddr": int(self.icmp_from == "interface"),
                 },
             )
+            if self.icmp_limit is not None:  # lower than Linux's 1000/s, burst 50: like hardware
+                per_sec, burst = self.icmp_limit
+                netns.sysctl(
+                    ns, {"net.ipv4.icmp_msgs_per_sec": per_sec, "net.ipv4.icmp_msgs_burst": burst}
+                )
             netns.ip_batch([f"address add {self.plan.loopbacks[name]}/32 dev lo"], ns)
         for name in self.plan.hosts:
             netns.sysctl(
