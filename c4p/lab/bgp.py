@@ -13,14 +13,16 @@ connected networks (its loopback and its hosts' cables), installs up to 64 equal
 retry 1 s) so that a cable pulled is a withdrawn route within seconds. zebra sets each BGP
 route's source to the router's loopback (``set src``), so ICMP answers keep coming from it.
 
-Daemons run per lab from the lab's work directory: config, pid files, vty sockets and the zserv
-socket are under ``<workdir>/frr/<switch>/``, so labs and other FRR instances never share one.
+Daemons run per lab: config, pid files, vty sockets and the zserv socket are under
+``<tmp>/c4p-frr-<token>/<switch>/`` (:func:`frr_root`), so labs and other FRR instances never
+share one.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +37,12 @@ FRR_DIR = Path("/usr/lib/frr")
 DAEMONS = ("zebra", "bgpd")
 
 
+def frr_root(token: str) -> Path:
+    """The FRR daemons' directory of a lab: in the temp dir (world-traversable), since the
+    daemons drop to user ``frr``, which may not reach a caller's private work directory."""
+    return Path(tempfile.gettempdir()) / f"c4p-frr-{token}"
+
+
 def frr_missing() -> str | None:
     """``None`` if FRR's daemons are installed, else what is missing (one line)."""
     missing = [d for d in DAEMONS if not (FRR_DIR / d).exists()]
@@ -46,7 +54,7 @@ class Bgp:
 
     def __init__(self, lab: Lab) -> None:
         self.lab = lab
-        self.root = lab.workdir / "frr"
+        self.root = frr_root(lab.token)
         switches = lab.fabric.switches
         leaves = [s for s in switches if s.tier == 1]
         self.asn: dict[str, int] = {s.name: 65001 + i for i, s in enumerate(leaves)}
@@ -108,6 +116,7 @@ class Bgp:
         for switch in self.lab.plan.switches:
             folder = self._dir(switch)
             folder.mkdir(parents=True, exist_ok=True)
+            self.root.chmod(0o755)
             zebra, bgpd = self._configs(switch)
             (folder / "zebra.conf").write_text(zebra)
             (folder / "bgpd.conf").write_text(bgpd)

@@ -126,9 +126,12 @@ class Lab:
 
     def down(self) -> None:
         """Remove everything the lab made (safe to call twice, or after a partial ``up``)."""
+        from c4p.lab.bgp import frr_root
+
         for ns in self.plan.namespaces.values():
             netns.delete_namespace(ns)
         shutil.rmtree(self.workdir, ignore_errors=True)
+        shutil.rmtree(frr_root(self.token), ignore_errors=True)
 
     def _write_state(self) -> None:
         state = {
@@ -325,3 +328,22 @@ def load_state(workdir: Path) -> dict[str, object]:
     except (OSError, ValueError) as exc:
         raise LabError(f"{path}: no lab state here ({exc})") from exc
     return data
+
+
+def down_from_state(workdir: Path) -> list[str]:
+    """Tear down the lab whose state is in ``workdir`` (from another process); its namespaces."""
+    state = load_state(workdir)
+    names = state.get("namespaces")
+    if not isinstance(names, list) or not all(
+        isinstance(n, str) and n.startswith("c4p-") for n in names
+    ):
+        raise LabError(f"{workdir / 'lab.json'}: namespaces: not a list of c4p- namespaces")
+    from c4p.lab.bgp import frr_root
+
+    for ns in names:
+        netns.delete_namespace(ns)
+    shutil.rmtree(workdir, ignore_errors=True)
+    token = state.get("token")
+    if isinstance(token, str) and token.isalnum():
+        shutil.rmtree(frr_root(token), ignore_errors=True)
+    return names
