@@ -49,7 +49,7 @@ class TokenBucket:
     rate: float
     burst: float
     tokens: float = field(default=-1.0)
-    stamp: float = field(default=0.0)
+    stamp: float | None = field(default=None)
     nominal: float = field(default=0.0)
 
     def __post_init__(self) -> None:
@@ -60,7 +60,7 @@ class TokenBucket:
         self.nominal = self.nominal or self.rate
 
     def refill(self, now: float) -> None:
-        if self.stamp:
+        if self.stamp is not None:
             self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
         self.stamp = now
 

@@ -277,6 +277,9 @@ class Lab:
         """Per switch: host cable prefix (``a.b.c.d/31``) -> shortest-path next hops over the
         cables that are up (what converged routing must show; cables of its own excluded)."""
         adj = self._adjacency()
+        down, self.down_links = self.down_links, set()
+        full = self._adjacency()
+        self.down_links = down
         switches = set(self.plan.switches)
         out: dict[str, dict[str, int]] = {s: {} for s in self.plan.switches}
         for c in self.plan.cables:
@@ -285,11 +288,18 @@ class Lab:
                 continue
             prefix = f"{min(c.a.address, c.b.address)}/31"
             dist = _distances(adj, host.device, switches)
+            intact = _distances(full, host.device, switches)
             for s in self.plan.switches:
-                if s in dist and dist[s] > 1:
-                    out[s][prefix] = sum(
-                        1 for peer, _, _ in adj.get(s, []) if dist.get(peer, -1) == dist[s] - 1
-                    )
+                if intact.get(s, 0) <= 1:
+                    continue
+                if dist.get(s) != intact[s]:
+                    # Only longer (valley) paths are left: eBGP's AS-path loop check refuses
+                    # them, so the prefix must be withdrawn here.
+                    out[s][prefix] = 0
+                    continue
+                out[s][prefix] = sum(
+                    1 for peer, _, _ in adj.get(s, []) if dist.get(peer, -1) == dist[s] - 1
+                )
         return out
 
     def wait_routes(self, timeout: float = 60.0) -> None:

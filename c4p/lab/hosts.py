@@ -70,6 +70,8 @@ class _Helper:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
