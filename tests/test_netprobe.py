@@ -78,18 +78,21 @@ def test_raw_is_refused_clearly_without_the_capability() -> None:
 
 def test_token_bucket_and_back_off() -> None:
     now = [0.0]
-    bucket = TokenBucket(rate=10.0, burst=2.0)
+    bucket = TokenBucket(rate=100.0, burst=2.0)
     bucket.refill(now[0])
     assert bucket.wait(0.0) == 0
     bucket.take()
     bucket.take()
-    assert bucket.wait(0.0) == pytest.approx(0.1)
-    assert bucket.wait(0.1) == 0
+    assert bucket.wait(0.0) == pytest.approx(0.01)
+    assert bucket.wait(0.01) == 0
     bucket.back_off()
-    assert bucket.rate == 5.0
-    bucket.recover()
-    bucket.recover()
-    assert bucket.rate == 10.0
+    assert bucket.rate == 50.0 and bucket.wait(0.01) > 0  # halved, and the bucket emptied
+    for _ in range(3):
+        bucket.back_off()
+    assert bucket.rate == 10.0  # never below MIN_RATE
+    for _ in range(10):
+        bucket.recover()
+    assert bucket.rate == 100.0  # back to nominal, never above
     with pytest.raises(ValueError, match="rate > 0"):
         TokenBucket(rate=0, burst=1)
     pacer = Pacer(rate=10.0, burst=1.0, clock=lambda: now[0])
