@@ -50,6 +50,14 @@ def lab_up(
         str, typer.Option("--icmp-from", help="Routers answer from: loopback or interface.")
     ] = "loopback",
     state_dir: StateOption = DEFAULT_STATE,
+    gnmi_targets: Annotated[
+        Path | None,
+        typer.Option(
+            "--gnmi-targets",
+            help="Also run lldpd and gNMI faces (from the kernels) on 127.0.0.1, write their "
+            "targets file here, and stay in the foreground until Ctrl-C, then tear down.",
+        ),
+    ] = None,
 ) -> None:
     """Build the lab and leave it running; prints its token and namespaces."""
     from c4p.files import load_fabric
@@ -76,7 +84,32 @@ def lab_up(
     console.print(f"lab [bold]{lab.token}[/] up ({routing}): {len(lab.plan.namespaces)} namespaces")
     for device, ns in sorted(lab.plan.namespaces.items()):
         console.print(f"  {device:<16} {ns}", highlight=False)
-    console.print(f"state: {lab.workdir / 'lab.json'}   remove with: c4p lab down {lab.token}")
+    console.print(f"the lab's fabric (its addresses): {lab.workdir / 'fabric.json'}")
+    if gnmi_targets is None:
+        console.print(f"state: {lab.workdir / 'lab.json'}   remove with: c4p lab down {lab.token}")
+        return
+    guarded(lambda: _serve_gnmi(lab, gnmi_targets))
+
+
+def _serve_gnmi(lab: Any, path: Path) -> None:
+    """lldpd + gNMI faces until SIGINT/SIGTERM; the lab is torn down on the way out."""
+    import signal
+    import threading
+
+    from c4p.files import save_model
+    from c4p.lab.gnmi_faces import LabGnmi
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        with LabGnmi(lab) as servers:
+            save_model(servers.targets_file(), path)
+            console.print(f"gNMI targets of the lab's switches: {path} (Ctrl-C to stop)")
+            stop.wait()
+    finally:
+        lab.down()
+        console.print(f"lab {lab.token} down")
 
 
 @lab_app.command("down")
@@ -100,7 +133,8 @@ def lab_down(
 @lab_app.command("demo")
 def lab_demo(
     fabric: Annotated[
-        Path | None, typer.Option("--fabric", help="Fabric file (default: 2 leaves x 4 spines).")
+        Path | None,
+        typer.Option("--fabric", help="Fabric file (default: 2 leaves x 4 spines x 8 hosts)."),
     ] = None,
     routing: Annotated[str, typer.Option("--routing", help="static, bgp, or both.")] = "both",
     json_path: JsonOption = None,

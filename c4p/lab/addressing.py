@@ -19,7 +19,9 @@ from __future__ import annotations
 import ipaddress
 import re
 import secrets
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from c4p.errors import C4pError
 from topology.model import Fabric, Host, Nic, NicPort, Switch, SwitchAddress, split_end
@@ -32,6 +34,16 @@ _IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 
 class LabError(C4pError):
     """The lab cannot be built as asked (bad fabric for a lab, missing tools or rights)."""
+
+
+def runtime_dir(token: str) -> Path:
+    """Where a lab's daemons keep sockets, pid files and configs: ``<tmp>/c4p-run-<token>``,
+    world-traversable (mode 755) because FRR and lldpd drop privileges to their own users,
+    which may not reach a caller's private work directory."""
+    path = Path(tempfile.gettempdir()) / f"c4p-run-{token}"
+    path.mkdir(mode=0o755, exist_ok=True)
+    path.chmod(0o755)
+    return path
 
 
 def new_token() -> str:

@@ -14,7 +14,7 @@ retry 1 s) so that a cable pulled is a withdrawn route within seconds. zebra set
 route's source to the router's loopback (``set src``), so ICMP answers keep coming from it.
 
 Daemons run per lab: config, pid files, vty sockets and the zserv socket are under
-``<tmp>/c4p-frr-<token>/<switch>/`` (:func:`frr_root`), so labs and other FRR instances never
+``<tmp>/c4p-run-<token>/frr/<switch>/`` (:func:`frr_root`), so labs and other FRR instances never
 share one.
 """
 
@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import ipaddress
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from c4p.lab import netns
-from c4p.lab.addressing import LabError
+from c4p.lab.addressing import LabError, runtime_dir
 
 if TYPE_CHECKING:
     from c4p.lab.build import Lab
@@ -38,9 +37,8 @@ DAEMONS = ("zebra", "bgpd")
 
 
 def frr_root(token: str) -> Path:
-    """The FRR daemons' directory of a lab: in the temp dir (world-traversable), since the
-    daemons drop to user ``frr``, which may not reach a caller's private work directory."""
-    return Path(tempfile.gettempdir()) / f"c4p-frr-{token}"
+    """The FRR daemons' directory of a lab (see :func:`c4p.lab.addressing.runtime_dir`)."""
+    return runtime_dir(token) / "frr"
 
 
 def frr_missing() -> str | None:
@@ -116,7 +114,6 @@ class Bgp:
         for switch in self.lab.plan.switches:
             folder = self._dir(switch)
             folder.mkdir(parents=True, exist_ok=True)
-            self.root.chmod(0o755)
             zebra, bgpd = self._configs(switch)
             (folder / "zebra.conf").write_text(zebra)
             (folder / "bgpd.conf").write_text(bgpd)

@@ -39,8 +39,9 @@ from collections import deque
 from pathlib import Path
 from typing import Literal
 
+from c4p.files import save_fabric
 from c4p.lab import netns
-from c4p.lab.addressing import LabError, LabPlan, plan_lab
+from c4p.lab.addressing import LabError, LabPlan, plan_lab, runtime_dir
 from topology.model import Fabric
 
 Routing = Literal["static", "bgp"]
@@ -126,12 +127,10 @@ class Lab:
 
     def down(self) -> None:
         """Remove everything the lab made (safe to call twice, or after a partial ``up``)."""
-        from c4p.lab.bgp import frr_root
-
         for ns in self.plan.namespaces.values():
             netns.delete_namespace(ns)
         shutil.rmtree(self.workdir, ignore_errors=True)
-        shutil.rmtree(frr_root(self.token), ignore_errors=True)
+        shutil.rmtree(runtime_dir(self.token), ignore_errors=True)
 
     def _write_state(self) -> None:
         state = {
@@ -142,6 +141,7 @@ class Lab:
             "fabric": self.fabric.model_dump(mode="json"),
         }
         (self.workdir / "lab.json").write_text(json.dumps(state, indent=1))
+        save_fabric(self.fabric, self.workdir / "fabric.json")  # the lab's addresses
 
     def _namespaces(self) -> None:
         taken = set(netns.existing_namespaces())
@@ -348,12 +348,10 @@ def down_from_state(workdir: Path) -> list[str]:
         isinstance(n, str) and n.startswith("c4p-") for n in names
     ):
         raise LabError(f"{workdir / 'lab.json'}: namespaces: not a list of c4p- namespaces")
-    from c4p.lab.bgp import frr_root
-
     for ns in names:
         netns.delete_namespace(ns)
     shutil.rmtree(workdir, ignore_errors=True)
     token = state.get("token")
     if isinstance(token, str) and token.isalnum():
-        shutil.rmtree(frr_root(token), ignore_errors=True)
+        shutil.rmtree(runtime_dir(token), ignore_errors=True)
     return names

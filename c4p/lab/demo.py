@@ -128,7 +128,10 @@ def run_demo(
 
     phases: list[Phase] = []
     started = time.monotonic()
-    with Lab(fabric or small_fabric(), routing=routing) as lab, Helpers(lab, privilege) as hosts:
+    with (
+        Lab(fabric or small_fabric(2, 4, 8), routing=routing) as lab,
+        Helpers(lab, privilege) as hosts,
+    ):
         built = time.monotonic() - started
         view = lab.fabric
         flows = two_jobs(view)

@@ -136,7 +136,7 @@ class LabGnmi:
     def __init__(self, lab: Lab, *, interval: float = 0.25) -> None:
         self.lab = lab
         self.interval = interval
-        self.lldp = Lldp(lab.plan, lab.workdir)
+        self.lldp = Lldp(lab.plan)
         self.source: KernelSource | None = None
         self.servers: GnmiFabric | None = None
 

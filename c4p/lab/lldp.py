@@ -10,8 +10,8 @@ port's name as port id with the NIC name as port description, and the NIC port's
 management address. Transmit interval 1 s (hold x4) so that changes show within seconds.
 
 Each lldpd runs in the foreground (``-d``, no pid file that could clash with a system lldpd or
-another lab), with its own control socket ``<workdir>/lldp/<device>.sock`` and configuration
-file (``-O``), in its own session; it dies with its namespace at teardown.
+another lab), with its own control socket ``<tmp>/c4p-run-<token>/lldp/<device>.sock`` and
+configuration file (``-O``), in its own session; it dies with its namespace at teardown.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from c4p.lab import netns
-from c4p.lab.addressing import LabError, LabPlan
+from c4p.lab.addressing import LabError, LabPlan, runtime_dir
 
 TX_INTERVAL_S = 1
 
@@ -60,9 +60,9 @@ def _config(plan: LabPlan, device: str) -> str:
 class Lldp:
     """The lldpd daemons of one lab (one per namespace)."""
 
-    def __init__(self, plan: LabPlan, workdir: Path) -> None:
+    def __init__(self, plan: LabPlan) -> None:
         self.plan = plan
-        self.root = workdir / "lldp"
+        self.root = runtime_dir(plan.token) / "lldp"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def socket(self, device: str) -> Path:
