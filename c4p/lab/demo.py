@@ -133,6 +133,9 @@ def run_demo(
         Helpers(lab, privilege) as hosts,
     ):
         built = time.monotonic() - started
+        t0 = time.monotonic()
+        hosts.start_all()
+        helpers_seconds = time.monotonic() - t0
         view = lab.fabric
         flows = two_jobs(view)
         routes = planned_routes(view, flows)
@@ -152,7 +155,9 @@ def run_demo(
             lost += job_lost
         learn_seconds = time.monotonic() - t0
         learned = bindings_for_paths(view, routes, 1, mode="learned", table=table)
+        t1 = time.monotonic()
         measured = measure(lab, hosts, learned, routes)
+        measure_seconds = time.monotonic() - t1
         keys = len({table.key_of(view.index.node(r.src), view.index.node(r.dst)) for r in routes})
         phases.append(
             phase(
@@ -164,6 +169,7 @@ def run_demo(
                 probes_per_job=per_job,
                 table_keys=keys,
                 learn_seconds=round(learn_seconds, 3),
+                traffic_seconds=round(measure_seconds, 3),
                 privilege=prober.privilege,
                 complete=total.complete,
             )
@@ -215,6 +221,7 @@ def run_demo(
         "routing": routing,
         "fabric": view.name,
         "lab_up_seconds": round(built, 3),
+        "helpers_start_seconds": round(helpers_seconds, 3),
         "phases": [asdict(p) for p in phases],
     }
 

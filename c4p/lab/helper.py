@@ -97,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             request = json.loads(line)
-            if request.get("op") == "trace":
+            answer: dict[str, Any]
+            if request.get("op") == "ping":
+                answer = {"pong": True}
+            elif request.get("op") == "trace":
                 answer = _trace(request, fabric, args.privilege)
             elif request.get("op") == "send":
                 answer = _send(request)
