@@ -158,6 +158,11 @@ def test_pacing_keeps_under_the_kernels_icmp_limit_and_losses_decide_nothing() -
         unpaced = NamespaceProber(helpers, rate=None, rounds=1)
         fast = unpaced.trace_many(probes)
         assert unpaced.stats.first_round_lost > 0
+        # Too fast, but with retries in later rounds and back-off: lost answers come back.
+        eager = NamespaceProber(helpers, rate=5000.0, burst=500.0, rounds=4)
+        eager.trace_many(probes)
+        assert eager.stats.first_round_lost > 0 and eager.stats.retried > 0
+        assert eager.stats.lost < eager.stats.first_round_lost
         # Paced under the limit (each spine may answer 50/s): nothing is lost.
         paced = NamespaceProber(helpers, rate=50.0, burst=5.0, rounds=1)
         slow = paced.trace_many(probes)

@@ -33,14 +33,21 @@ from southbound.probing import Probe
 from topology.model import Fabric
 from topology.roce import ROCE_UDP_DPORT
 
+_PACERS: dict[tuple[float | None, float], Pacer] = {}
+"""One pacer per (rate, burst) for the helper's life: a back-off after losses carries over to
+the planner's next batch instead of starting afresh at full rate."""
+
 
 def _trace(request: dict[str, Any], fabric: Fabric | None, privilege: str) -> dict[str, Any]:
     rate = request.get("rate")
-    pacer = Pacer(
-        candidates_from_fabric(fabric) if fabric is not None else None,
-        rate=None if rate is None else float(rate),
-        burst=float(request.get("burst", 20.0)),
-    )
+    key = (None if rate is None else float(rate), float(request.get("burst", 20.0)))
+    pacer = _PACERS.get(key)
+    if pacer is None:
+        pacer = _PACERS[key] = Pacer(
+            candidates_from_fabric(fabric) if fabric is not None else None,
+            rate=key[0],
+            burst=key[1],
+        )
     prober = SocketProber(
         privilege=privilege,
         pacer=pacer,
