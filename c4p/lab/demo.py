@@ -83,6 +83,26 @@ def learn(
     return report, prober.stats.lost - lost
 
 
+def per_qp_and_link(lab: Lab, measured: Measurement) -> dict[str, Any]:
+    """Planned vs measured per QP (the links it crossed) and per switch link (QPs on it)."""
+    name = lab.fabric.index.resource_name
+    return {
+        "per_qp": [
+            {
+                "qp": q.id,
+                "sport": q.sport,
+                "on_plan": q.on_plan,
+                "planned": [name(r) for r in q.planned],
+                "measured": [name(r) for r in q.measured],
+            }
+            for q in measured.qps
+        ],
+        "per_link": {
+            k: {"planned": p, "measured": m} for k, (p, m) in measured.switch_links(lab).items()
+        },
+    }
+
+
 def phase(
     name: str,
     measured: Measurement,
@@ -172,6 +192,7 @@ def run_demo(
                 traffic_seconds=round(measure_seconds, 3),
                 privilege=prober.privilege,
                 complete=total.complete,
+                **per_qp_and_link(lab, measured),
             )
         )
 
@@ -200,6 +221,7 @@ def run_demo(
                 failed_link=view.links[link].id,
                 stale_entries=len(invalidation.stale),
                 black_holes=len(report.black_holes),
+                **per_qp_and_link(lab, measured),
             )
         )
 
@@ -215,6 +237,7 @@ def run_demo(
                 0,
                 time.monotonic() - t0,
                 mismatches=len(measured.qps) - measured.on_plan,
+                **per_qp_and_link(lab, measured),
             )
         )
     return {
