@@ -78,6 +78,7 @@ class Lab:
         self.workdir = workdir or Path(tempfile.gettempdir()) / f"c4p-lab-{self.plan.token}"
         self._bgp: object | None = None
         self.down_links: set[int] = set()
+        self._made: list[str] = []  # namespaces this object created (only those are deleted)
 
     # -- names -------------------------------------------------------------------------------
 
@@ -103,6 +104,8 @@ class Lab:
 
     def up(self) -> None:
         """Build the lab; on any failure tear down what was built and re-raise."""
+        if self._made:
+            raise LabError(f"lab {self.token}: already up")
         reason = netns.namespaces_possible()
         if reason:
             raise LabError(f"lab: {reason}")
@@ -127,8 +130,9 @@ class Lab:
 
     def down(self) -> None:
         """Remove everything the lab made (safe to call twice, or after a partial ``up``)."""
-        for ns in self.plan.namespaces.values():
+        for ns in self._made:
             netns.delete_namespace(ns)
+        self._made.clear()
         shutil.rmtree(self.workdir, ignore_errors=True)
         shutil.rmtree(runtime_dir(self.token), ignore_errors=True)
 
@@ -150,6 +154,7 @@ class Lab:
             raise LabError(f"token: namespaces {', '.join(clash[:3])} already exist")
         for ns in self.plan.namespaces.values():
             netns.run(["ip", "netns", "add", ns])
+            self._made.append(ns)
             netns.ip_batch(["link set lo up"], ns)
         for name in self.plan.switches:
             ns = self.ns(name)

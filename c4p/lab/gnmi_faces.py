@@ -52,13 +52,18 @@ class KernelSource(FabricEmulator):
         ns = self.lab.ns(device)
         return {(device, link["ifname"]): link for link in netns.ip_json(["-s", "link"], ns)}
 
-    def refresh(self) -> None:
-        """Read every namespace once; bump the version of switches whose interfaces changed."""
+    def refresh(self, lldp_too: bool = True) -> None:
+        """Read every namespace once; bump the version of switches whose interfaces changed.
+        (LLDP tables change at lldpd's pace, so the poller reads them every fourth time.)"""
         devices = list(self.lab.plan.namespaces)
         fresh: dict[tuple[str, str], dict[str, Any]] = {}
         for part in self._pool.map(self._read, devices):
             fresh.update(part)
-        lldp = dict(zip(self.switches, self._pool.map(self._neighbors, self.switches), strict=True))
+        lldp = (
+            dict(zip(self.switches, self._pool.map(self._neighbors, self.switches), strict=True))
+            if lldp_too
+            else self._lldp
+        )
         with self._lock:
             before = {k: v.get("operstate") for k, v in self._links.items()}
             self._links = fresh
@@ -89,9 +94,11 @@ class KernelSource(FabricEmulator):
         return out
 
     def _poll(self) -> None:
+        rounds = 0
         while not self._stop.wait(self.interval):
+            rounds += 1
             try:
-                self.refresh()
+                self.refresh(lldp_too=rounds % 4 == 0)
             except Exception:  # noqa: BLE001  a namespace going away at teardown
                 if self._stop.is_set():
                     return
