@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit clean stubs sysdeps libc4p
+.PHONY: demo test lint typecheck unit clean stubs sysdeps libc4p lab
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m c4p.demo
 	$(BIN)/python -m c4p.demo_service
+
+# The Linux fabric lab (root; FRR for BGP): plans realized by a real kernel, static and BGP.
+lab: $(STAMP) sysdeps
+	$(BIN)/c4p lab demo --routing both --json lab-demo.json
 
 # Regenerate the gRPC stubs in c4p/api/v1 from proto/ (tests fail if they drift).
 stubs: $(STAMP)

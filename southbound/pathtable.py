@@ -65,6 +65,7 @@ class Outcome(StrEnum):
     CHANGED = "changed"
     INCOMPLETE = "incomplete"
     UNEXPECTED = "unexpected"
+    BLACK_HOLE = "black-hole"
     UNKNOWN_ENDPOINT = "unknown-endpoint"
 
 
@@ -299,6 +300,10 @@ class PathTable:
         """Walk the groups from the source leaf, letting the answers choose among members."""
         index, routing = self._index, self._routing
         src_leaf, dst_leaf = index.leaf_of(src), index.leaf_of(dst)
+        if trace.black_hole is not None:
+            # A router said "no route": the port leads nowhere now. An answer, not a loss;
+            # nothing is learned for it (it must not be retried as if the answer were lost).
+            return Outcome.BLACK_HOLE, None
 
         def seen(ttl: int) -> int | None:
             """The node that answered at ``ttl``; ``None`` if silent, -1 if not of the fabric."""

@@ -40,6 +40,16 @@ wrong or stale: refresh it rather than burn ports). Any such answer lists the ke
 ``inconsistent``."""
 
 
+@dataclass(frozen=True)
+class BlackHole:
+    """A probe a router answered with "no route" (net/host unreachable): where and from whom."""
+
+    key: TableKey
+    sport: int
+    ttl: int
+    address: str
+
+
 @dataclass
 class ProbeReport:
     """What a planning run sent and learned."""
@@ -54,6 +64,7 @@ class ProbeReport:
     uncovered: dict[TableKey, tuple[Middle, ...]] = field(default_factory=dict)
     exhausted: list[TableKey] = field(default_factory=list)
     inconsistent: list[TableKey] = field(default_factory=list)
+    black_holes: list[BlackHole] = field(default_factory=list)
     reprobed: int = 0
     settled: int = 0
     moved: int = 0
@@ -72,6 +83,7 @@ class ProbeReport:
         self.uncovered.update(other.uncovered)
         self.exhausted.extend(k for k in other.exhausted if k not in self.exhausted)
         self.inconsistent.extend(k for k in other.inconsistent if k not in self.inconsistent)
+        self.black_holes.extend(other.black_holes)
 
 
 class ProbePlanner:
@@ -116,6 +128,12 @@ class ProbePlanner:
     def _send(self, batch: list[tuple[TableKey, Probe]], report: ProbeReport) -> list[Outcome]:
         traces = self.prober.trace_many([p for _, p in batch])
         outcomes = [self.table.record(t) for t in traces]
+        for (key, _), trace, outcome in zip(batch, traces, outcomes, strict=True):
+            hole = trace.black_hole
+            if outcome is Outcome.BLACK_HOLE and hole is not None:
+                report.black_holes.append(
+                    BlackHole(key, trace.probe.sport, hole.ttl, str(hole.address))
+                )
         report.rounds += 1
         report.traces += len(traces)
         report.packets += sum(p.packets for _, p in batch)
@@ -161,6 +179,7 @@ class ProbePlanner:
                 active[key] = ends
         attempts: Counter[tuple[TableKey, int]] = Counter()
         unexpected: Counter[TableKey] = Counter()
+        holes: Counter[TableKey] = Counter()  # black holes: give up on the key as for unexpected
         stalled: Counter[TableKey] = Counter()
         last_missing: dict[TableKey, int] = {}
         retry: dict[TableKey, list[int]] = {}
@@ -168,7 +187,7 @@ class ProbePlanner:
             batch: list[tuple[TableKey, Probe]] = []
             for key, ends in list(active.items()):
                 missing = missing_of(key)
-                if unexpected[key] >= UNEXPECTED_LIMIT:
+                if unexpected[key] + holes[key] >= UNEXPECTED_LIMIT:
                     del active[key]
                     report.uncovered[key] = missing
                     continue
@@ -195,13 +214,15 @@ class ProbePlanner:
                 attempts[(key, probe.sport)] += 1
                 if outcome is Outcome.UNEXPECTED:
                     unexpected[key] += 1
+                elif outcome is Outcome.BLACK_HOLE:
+                    holes[key] += 1
                 elif outcome is Outcome.INCOMPLETE:
                     retry.setdefault(key, []).append(probe.sport)
         for key in active:
             missing = missing_of(key)
             if missing:
                 report.uncovered[key] = missing
-        report.inconsistent = sorted(unexpected)
+        report.inconsistent = sorted(k for k, n in unexpected.items() if n)
         return report
 
     def cover_routes(self, routes: Iterable[QpRoute], *, budget: int | None = None) -> ProbeReport:

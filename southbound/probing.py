@@ -86,12 +86,33 @@ class Probe:
         return self.max_ttl - self.first_ttl + 1
 
 
+ICMP_DEST_UNREACHABLE = 3
+ICMP_TIME_EXCEEDED = 11
+ICMP_PORT_UNREACHABLE = 3
+"""Code of destination-unreachable meaning the probe *reached* a host that has no such port."""
+BLACK_HOLE_CODES = frozenset({0, 1, 6, 7})
+"""Destination-unreachable codes that mean a router had no route (net/host unreachable or
+unknown): the path ends in a black hole there, which is an answer, not a lost one."""
+
+
 @dataclass(frozen=True, slots=True)
 class HopReply:
-    """Who answered the probe sent with ``ttl``: an address, or ``None`` (no answer)."""
+    """Who answered the probe sent with ``ttl``: an address, or ``None`` (no answer), and with
+    which ICMP message (time exceeded by default, as a modelled switch answers)."""
 
     ttl: int
     address: IPv4 | None
+    icmp_type: int = ICMP_TIME_EXCEEDED
+    icmp_code: int = 0
+
+    @property
+    def black_hole(self) -> bool:
+        """A router answered "no route" (net/host unreachable): the path stops there."""
+        return (
+            self.address is not None
+            and self.icmp_type == ICMP_DEST_UNREACHABLE
+            and self.icmp_code in BLACK_HOLE_CODES
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +126,11 @@ class Trace:
         """The address that answered at ``ttl`` (``None`` if silent or not sent)."""
         i = ttl - self.probe.first_ttl
         return self.hops[i].address if 0 <= i < len(self.hops) else None
+
+    @property
+    def black_hole(self) -> HopReply | None:
+        """The first answer saying "no route" (see :attr:`HopReply.black_hole`), if any."""
+        return next((h for h in self.hops if h.black_hole), None)
 
 
 class Prober(Protocol):

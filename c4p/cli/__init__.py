@@ -17,6 +17,7 @@ from c4p.cli.discover import fabric_discover
 from c4p.cli.evaluate import evaluate_cmd
 from c4p.cli.fabric import fabric_app
 from c4p.cli.jobs import jobs_app
+from c4p.cli.lab import lab_app
 from c4p.cli.plan import plan_cmd
 from c4p.cli.report import report_cmd
 from c4p.cli.serve import serve
@@ -30,6 +31,7 @@ app = typer.Typer(
 )
 app.add_typer(fabric_app, name="fabric")
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(lab_app, name="lab")
 fabric_app.command("discover")(fabric_discover)
 app.command("serve")(serve)
 app.command("plan")(plan_cmd)

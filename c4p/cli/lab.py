@@ -1,0 +1,164 @@
+"""``c4p lab``: a real Linux fabric in network namespaces (``up``, ``down``, ``demo``).
+
+Why a command: the lab is how a user sees c4p's plans realized by a real kernel, and how the
+tests get a data plane that c4p did not write. ``up`` builds it from a fabric file and leaves
+it running (namespaces ``c4p-<token>-<device>``, state in ``<state-dir>/<token>/lab.json``);
+``down`` removes the labs ``up`` made (all of them, or one token); ``demo`` builds a lab, runs
+the learned / link-failure / predicted phases (:mod:`c4p.lab.demo`) and removes it. Needs root
+(network namespaces) and, for ``--routing bgp``, Debian's ``frr``; without them it says so and
+exits 2.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from c4p.cli.common import JsonOption, console, emit, fail, guarded
+
+lab_app = typer.Typer(
+    help="A Linux leaf-spine fabric in network namespaces: up, down, demo.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DEFAULT_STATE = Path(tempfile.gettempdir()) / "c4p-labs"
+StateOption = Annotated[
+    Path, typer.Option("--state-dir", help="Where `lab up` keeps each lab's state.")
+]
+RoutingOption = Annotated[
+    str, typer.Option("--routing", help="static (multipath routes) or bgp (FRR eBGP).")
+]
+
+
+def _routing(value: str) -> Any:
+    if value not in ("static", "bgp"):
+        fail(f"--routing: {value!r} is not one of static, bgp")
+    return value
+
+
+@lab_app.command("up")
+def lab_up(
+    fabric: Annotated[Path, typer.Argument(help="Fabric file (YAML or JSON).")],
+    routing: RoutingOption = "static",
+    icmp_from: Annotated[
+        str, typer.Option("--icmp-from", help="Routers answer from: loopback or interface.")
+    ] = "loopback",
+    state_dir: StateOption = DEFAULT_STATE,
+    gnmi_targets: Annotated[
+        Path | None,
+        typer.Option(
+            "--gnmi-targets",
+            help="Also run lldpd and gNMI faces (from the kernels) on 127.0.0.1, write their "
+            "targets file here, and stay in the foreground until Ctrl-C, then tear down.",
+        ),
+    ] = None,
+) -> None:
+    """Build the lab and leave it running; prints its token and namespaces."""
+    from c4p.files import load_fabric
+    from c4p.lab.addressing import new_token
+    from c4p.lab.build import Lab
+
+    mode = _routing(routing)
+    if icmp_from not in ("loopback", "interface"):
+        fail(f"--icmp-from: {icmp_from!r} is not one of loopback, interface")
+
+    def body() -> Lab:
+        token = new_token()
+        lab = Lab(
+            load_fabric(fabric),
+            routing=mode,
+            icmp_from=icmp_from,  # type: ignore[arg-type]
+            token=token,
+            workdir=state_dir / token,
+        )
+        lab.up()
+        return lab
+
+    lab = guarded(body)
+    console.print(f"lab [bold]{lab.token}[/] up ({routing}): {len(lab.plan.namespaces)} namespaces")
+    for device, ns in sorted(lab.plan.namespaces.items()):
+        console.print(f"  {device:<16} {ns}", highlight=False)
+    console.print(f"the lab's fabric (its addresses): {lab.workdir / 'fabric.json'}")
+    if gnmi_targets is None:
+        console.print(f"state: {lab.workdir / 'lab.json'}   remove with: c4p lab down {lab.token}")
+        return
+    guarded(lambda: _serve_gnmi(lab, gnmi_targets))
+
+
+def _serve_gnmi(lab: Any, path: Path) -> None:
+    """lldpd + gNMI faces until SIGINT/SIGTERM; the lab is torn down on the way out."""
+    import signal
+    import threading
+
+    from c4p.files import save_model
+    from c4p.lab.gnmi_faces import LabGnmi
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        with LabGnmi(lab) as servers:
+            save_model(servers.targets_file(), path)
+            console.print(f"gNMI targets of the lab's switches: {path} (Ctrl-C to stop)")
+            stop.wait()
+    finally:
+        lab.down()
+        console.print(f"lab {lab.token} down")
+
+
+@lab_app.command("down")
+def lab_down(
+    token: Annotated[str | None, typer.Argument(help="Lab token (default: every lab).")] = None,
+    state_dir: StateOption = DEFAULT_STATE,
+) -> None:
+    """Remove labs that `c4p lab up` built: their namespaces, daemons and state."""
+    from c4p.lab.build import down_from_state
+
+    folders = [state_dir / token] if token else sorted(p for p in state_dir.glob("*") if p.is_dir())
+    if token and not (state_dir / token / "lab.json").exists():
+        fail(f"token: no lab {token!r} in {state_dir}")
+    for folder in folders:
+        names = guarded(lambda f=folder: down_from_state(f))  # type: ignore[misc]
+        console.print(f"lab {folder.name} down: {len(names)} namespaces removed")
+    if not folders:
+        console.print(f"no labs in {state_dir}")
+
+
+@lab_app.command("demo")
+def lab_demo(
+    fabric: Annotated[
+        Path | None,
+        typer.Option("--fabric", help="Fabric file (default: 2 leaves x 4 spines x 8 hosts)."),
+    ] = None,
+    routing: Annotated[str, typer.Option("--routing", help="static, bgp, or both.")] = "both",
+    json_path: JsonOption = None,
+) -> None:
+    """Lab up -> probe -> learned bindings -> traffic -> link failure -> again -> predicted."""
+    from c4p.files import load_fabric
+    from c4p.lab.demo import render, run_demo
+
+    if routing not in ("static", "bgp", "both"):
+        fail(f"--routing: {routing!r} is not one of static, bgp, both")
+    modes = ["static", "bgp"] if routing == "both" else [routing]
+    results = []
+    for mode in modes:
+        results.append(
+            guarded(lambda m=mode: run_demo(load_fabric(fabric) if fabric else None, routing=m))  # type: ignore[misc]
+        )
+
+    def show() -> None:
+        for result in results:
+            table = Table(title=f"c4p lab demo: {result['fabric']}, routing {result['routing']}")
+            for column in ("phase", "QPs on plan", "max QPs/link plan/meas", "probes", "lost", "s"):
+                table.add_column(column)
+            for row in render(result):
+                table.add_row(*row)
+            console.print(table)
+
+    emit(json_path, {"runs": results}, show)
