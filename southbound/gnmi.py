@@ -19,6 +19,8 @@ the caller instead of dying in a background thread. Answers are decoded here and
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,8 +33,10 @@ from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
 from southbound.driver_errors import (
     CapabilityError,
+    SouthboundError,
     TargetAuthError,
     TargetConfigError,
+    TargetTlsError,
     TargetUnreachable,
 )
 from southbound.observed import (
@@ -53,13 +57,16 @@ from southbound.openconfig import (
     ecn_marks_of,
     hostname_of,
     interfaces_of,
+    lldp_chassis_of,
     neighbors_of,
     path_text,
     streamed_leaves,
 )
 from southbound.targets import TargetConfig, TlsConfig, TlsMode
 
-GET_PATHS = ("/interfaces", "/lldp/interfaces", "/system/state")
+INTERFACES_PATH = "/interfaces"
+LLDP_PATH = "/lldp"
+SYSTEM_PATH = "/system/state"
 QOS_PATH = "/qos/interfaces"
 OPER_STATUS_PATH = "/interfaces/interface/state/oper-status"
 COUNTERS_PATH = "/interfaces/interface/state/counters"
@@ -130,6 +137,7 @@ class GnmiSession:
         self._stub: Any = None
         self._metadata: tuple[tuple[str, str], ...] = ()
         self.capabilities: Capabilities | None = None
+        self.encoding = "JSON_IETF"
         self._calls: list[Any] = []
         self._lock = threading.Lock()
         self._release = threading.Event()  # ends our half of a Subscribe stream
@@ -167,13 +175,32 @@ class GnmiSession:
             models=tuple(m.name for m in reply.supported_models),
             version=reply.gNMI_version,
         )
-        if "JSON_IETF" not in encodings:
-            raise CapabilityError(
-                f"does not offer JSON_IETF encoding (offers {', '.join(encodings) or 'none'})",
-                target=self.name,
-            )
+        self.encoding = self._choose_encoding(encodings)
         self.capabilities = caps
         return caps
+
+    def _choose_encoding(self, offered: tuple[str, ...]) -> str:
+        """JSON_IETF where offered, else JSON (NX-OS and older Junos releases list JSON and
+        PROTO only), unless the targets file forces one; a target offering neither is refused
+        with what it does offer. A target that lists no encodings at all (allowed by older gNMI
+        servers) is asked in JSON_IETF, the encoding every OpenConfig target must serve."""
+        wanted = self.config.gnmi.encoding
+        usable = [e for e in ("JSON_IETF", "JSON") if not offered or e in offered]
+        if wanted != "auto":
+            choice = wanted.upper()
+            if offered and choice not in offered:
+                raise CapabilityError(
+                    f"gnmi.encoding {wanted} is not offered (offers {', '.join(offered)})",
+                    target=self.name,
+                )
+            return choice
+        if not usable:
+            raise CapabilityError(
+                f"offers no JSON encoding c4p can read (offers {', '.join(offered)}; c4p reads "
+                "JSON_IETF or JSON)",
+                target=self.name,
+            )
+        return usable[0]
 
     def _unary(self, method: str, request: Any, timeout: float) -> Any:
         try:
@@ -194,8 +221,53 @@ class GnmiSession:
             return TargetUnreachable(
                 f"no answer to {method} within {timeout:g} s", target=self.name
             )
+        tls = self.config.gnmi.tls
+        text = str(details)
+        if "WRONG_VERSION_NUMBER" in text or "packet length too long" in text:
+            return TargetTlsError(
+                f"TLS client meeting a plaintext server: {method} failed in the TLS handshake "
+                f"({text}); set gnmi.tls mode insecure if the target serves plaintext",
+                target=self.name,
+            )
+        if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text.lower():
+            return TargetTlsError(
+                f"the target's certificate was refused ({text}); check gnmi.tls.ca_file and "
+                "server_name",
+                target=self.name,
+            )
+        if "handshake" in text.lower() and "ssl" in text.lower():
+            return TargetTlsError(f"TLS handshake failed: {text}", target=self.name)
+        if (
+            code is grpc.StatusCode.UNAVAILABLE
+            and (tls is None or tls.mode is TlsMode.INSECURE)
+            and self._speaks_tls()
+        ):
+            return TargetTlsError(
+                "plaintext client meeting a TLS server: the target answers with TLS, but "
+                "gnmi.tls says mode insecure; give mode tls and its ca_file",
+                target=self.name,
+            )
         name = code.name if code is not None else "error"
         return TargetUnreachable(f"{method} failed ({name}): {details}", target=self.name)
+
+    def _speaks_tls(self) -> bool:
+        """Whether the target completes a TLS handshake (a diagnosis only: nothing is sent
+        over it and its certificate is not trusted for anything)."""
+        cfg = self.config
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        context.set_alpn_protocols(["h2"])
+        try:
+            with (
+                socket.create_connection(
+                    (cfg.address, cfg.gnmi.port), timeout=min(2.0, cfg.timeouts.connect_s)
+                ) as raw,
+                context.wrap_socket(raw) as tls,
+            ):
+                return tls.version() is not None
+        except (OSError, ValueError):
+            return False
 
     def close(self) -> None:
         self.cancel()
@@ -214,11 +286,23 @@ class GnmiSession:
 
     # -- one round of questions -------------------------------------------------------------
 
+    def _prefix(self) -> Any:
+        """The request prefix: empty, or the target name a platform routes by (SONiC)."""
+        name = self.config.gnmi.prefix_target
+        return gnmi_pb2.Path(target=name) if name else None
+
+    def _path(self, text: str) -> Any:
+        path = gnmi_path_generator(text)
+        if self.config.gnmi.origin:
+            path.origin = self.config.gnmi.origin
+        return path
+
     def get(self, path: str) -> tuple[list[tuple[list[PathElem], Any]], list[Problem]]:
         """Get one subtree as ``[(path elems, JSON value)]``; undecodable values are problems."""
         request = gnmi_pb2.GetRequest(
-            path=[gnmi_path_generator(path)],
-            encoding=gnmi_pb2.Encoding.Value("JSON_IETF"),
+            prefix=self._prefix(),
+            path=[self._path(path)],
+            encoding=gnmi_pb2.Encoding.Value(self.encoding),
             type=gnmi_pb2.GetRequest.DataType.Value("ALL"),
         )
         reply = self._unary("Get", request, self.config.timeouts.rpc_s)
@@ -236,28 +320,54 @@ class GnmiSession:
                     )
         return values, problems
 
+    def _get_into(
+        self, tree: OcTree, path: str, problems: list[Problem], *, required: bool
+    ) -> bool:
+        """Get ``path`` into ``tree``; an optional subtree the target does not serve is skipped
+        (``/system`` may be absent), a required one raises, anything else a target sends back
+        is a problem of that subtree. Returns whether the subtree was answered."""
+        try:
+            values, bad = self.get(path)
+        except (TargetAuthError, TargetTlsError):
+            raise
+        except SouthboundError as exc:
+            if required:
+                raise
+            if path == LLDP_PATH:
+                problems.append(Problem(target=self.name, path=path, reason=f"no LLDP tree: {exc}"))
+            return False
+        problems.extend(bad)
+        for elems, value in values:
+            try:
+                tree.add(elems, value)
+            except TreeError as exc:
+                problems.append(Problem(target=self.name, path=path_text(elems), reason=str(exc)))
+        return bool(values)
+
     def observe(self) -> SwitchObservation:
-        """Interfaces, LLDP neighbors, hostname and (if offered) ECN marks, as one observation."""
+        """Interfaces, LLDP, hostname and (if offered) ECN marks, as one observation.
+
+        ``/interfaces`` must answer; ``/lldp`` missing is a named problem (the fabric cannot
+        be built without it, but interfaces still tell the controller about link state);
+        ``/system/state`` and ``/qos`` are optional."""
         if self.capabilities is None:
             self.open()
         assert self.capabilities is not None
-        paths = list(GET_PATHS) + ([QOS_PATH] if self.capabilities.has_qos else [])
         tree = OcTree()
         problems = [
             Problem(target=self.name, path="capabilities", reason=f"model {m} is not listed")
             for m in EXPECTED_MODELS
-            if m not in self.capabilities.models
+            if self.capabilities.models and m not in self.capabilities.models
         ]
-        for path in paths:
-            values, bad = self.get(path)
-            problems.extend(bad)
-            for elems, value in values:
-                try:
-                    tree.add(elems, value)
-                except TreeError as exc:
-                    problems.append(
-                        Problem(target=self.name, path=path_text(elems), reason=str(exc))
-                    )
+        self._get_into(tree, INTERFACES_PATH, problems, required=True)
+        if self._get_into(tree, LLDP_PATH, problems, required=False) and tree.get("lldp") in (
+            None,
+            {},
+        ):
+            problems.append(Problem(target=self.name, path=LLDP_PATH, reason="no LLDP tree"))
+        self._get_into(tree, SYSTEM_PATH, problems, required=False)
+        if self.capabilities.has_qos:
+            self._get_into(tree, QOS_PATH, problems, required=False)
         states, counters, bad_ifaces = interfaces_of(tree, self.name)
         neighbors, bad_lldp = neighbors_of(tree, self.name)
         marks, bad_ecn = ecn_marks_of(tree, self.name)
@@ -269,6 +379,7 @@ class GnmiSession:
             protocol=Protocol.GNMI,
             at=self._wall(),
             hostname=hostname_of(tree),
+            chassis_id=lldp_chassis_of(tree),
             interfaces=tuple(states),
             neighbors=tuple(neighbors),
             counters=counters,
@@ -284,7 +395,7 @@ class GnmiSession:
         opts = self.config.gnmi
         interval = int(opts.sample_interval_s * 1e9)
         status = gnmi_pb2.Subscription(
-            path=gnmi_path_generator(OPER_STATUS_PATH),
+            path=self._path(OPER_STATUS_PATH),
             mode=gnmi_pb2.SubscriptionMode.Value("ON_CHANGE"),
             # Without counters the status stream doubles as the liveness heartbeat.
             heartbeat_interval=0 if opts.counters else interval,
@@ -297,17 +408,16 @@ class GnmiSession:
             sample = gnmi_pb2.SubscriptionMode.Value("SAMPLE")
             groups.append(
                 [
-                    gnmi_pb2.Subscription(
-                        path=gnmi_path_generator(p), mode=sample, sample_interval=interval
-                    )
+                    gnmi_pb2.Subscription(path=self._path(p), mode=sample, sample_interval=interval)
                     for p in paths
                 ]
             )
         return [
             gnmi_pb2.SubscribeRequest(
                 subscribe=gnmi_pb2.SubscriptionList(
+                    prefix=self._prefix(),
                     mode=gnmi_pb2.SubscriptionList.Mode.Value("STREAM"),
-                    encoding=gnmi_pb2.Encoding.Value("JSON_IETF"),
+                    encoding=gnmi_pb2.Encoding.Value(self.encoding),
                     subscription=subs,
                 )
             )

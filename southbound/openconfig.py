@@ -39,6 +39,8 @@ LIST_KEYS: Mapping[str, tuple[str, ...]] = {
     "neighbor": ("id",),
     "queue": ("name",),
     "capability": ("name",),
+    "subinterface": ("index",),
+    "address": ("ip",),
 }
 """Keyed lists c4p reads, and the key leaf of their entries."""
 
@@ -70,6 +72,15 @@ def _counter64(value: Any) -> Any:
     if not isinstance(value, int):
         raise ValueError(f"{value!r} is not a 64-bit counter")
     return value
+
+
+def normal_mac(text: str) -> str:
+    """``00-1C-73-AA-BB-CC`` / ``001c.73aa.bbcc`` / ``001c73aabbcc`` -> ``00:1c:73:aa:bb:cc``;
+    anything that is not a MAC address -> ``""``."""
+    digits = re.sub(r"[-:.]", "", text.strip())
+    if len(digits) != 12 or not re.fullmatch(r"[0-9a-fA-F]{12}", digits):
+        return ""
+    return ":".join(digits[i : i + 2] for i in range(0, 12, 2)).lower()
 
 
 def speed_gbps(identity: str) -> float | None:
@@ -127,10 +138,56 @@ class OcCounters(Oc):
 class OcInterfaceState(Oc):
     oper_status: OperStatus | None = Field(default=None, alias="oper-status")
     counters: OcCounters | None = None
+    ifindex: int | None = Field(default=None, ge=0)
+    description: str = ""
+
+
+class OcAddressState(Oc):
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class OcAddress(Oc):
+    state: OcAddressState | None = None
+    config: OcAddressState | None = None
+
+
+class OcAddresses(Oc):
+    address: dict[str, OcAddress] = Field(default_factory=dict)
+
+
+class OcIp(Oc):
+    addresses: OcAddresses | None = None
+
+
+class OcSubinterface(Oc):
+    ipv4: OcIp | None = None
+    ipv6: OcIp | None = None
+
+
+class OcSubinterfaces(Oc):
+    subinterface: dict[str, OcSubinterface] = Field(default_factory=dict)
 
 
 class OcEthernetState(Oc):
+    """Speed: ``port-speed`` unless the port auto-negotiates or says ``SPEED_UNKNOWN``; then
+    ``negotiated-port-speed`` (openconfig-if-ethernet: "the negotiated speed is reported in
+    negotiated-port-speed when auto-negotiate is true"; EOS and Cumulus report it this way)."""
+
     port_speed: Speed = Field(default=None, alias="port-speed")
+    negotiated_port_speed: Speed = Field(default=None, alias="negotiated-port-speed")
+    auto_negotiate: bool | None = Field(default=None, alias="auto-negotiate")
+    mac_address: str = Field(default="", alias="mac-address")
+    hw_mac_address: str = Field(default="", alias="hw-mac-address")
+
+    @property
+    def speed(self) -> float | None:
+        if self.auto_negotiate and self.negotiated_port_speed:
+            return self.negotiated_port_speed
+        return self.port_speed or self.negotiated_port_speed
+
+    @property
+    def mac(self) -> str:
+        return normal_mac(self.mac_address or self.hw_mac_address)
 
 
 class OcEthernet(Oc):
@@ -141,6 +198,20 @@ class OcInterface(Oc):
     name: str = Field(min_length=1)
     state: OcInterfaceState | None = None
     ethernet: OcEthernet | None = None
+    subinterfaces: OcSubinterfaces | None = None
+
+    def addresses(self) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, ...]:
+        """Addresses of every subinterface (``.../ipv4/addresses/address[ip]``), v4 first."""
+        found: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+        subs = self.subinterfaces.subinterface.values() if self.subinterfaces else ()
+        for family in ("ipv4", "ipv6"):
+            for sub in subs:
+                ip = getattr(sub, family)
+                for entry in ip.addresses.address.values() if ip and ip.addresses else ():
+                    leaf = entry.state or entry.config
+                    if leaf is not None and leaf.ip not in found:
+                        found.append(leaf.ip)
+        return tuple(found)
 
 
 class OcCapabilityState(Oc):
@@ -160,6 +231,7 @@ class OcNeighborState(Oc):
     port_id: str = Field(alias="port-id", min_length=1)
     chassis_id: str = Field(default="", alias="chassis-id")
     port_description: str = Field(default="", alias="port-description")
+    port_id_type: str = Field(default="", alias="port-id-type")
     management_address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = Field(
         default=None, alias="management-address"
     )
@@ -216,6 +288,31 @@ def normalize(value: Any, *, member: str = "") -> Any:
     return value
 
 
+def unwrap(last: tuple[str, Mapping[str, str]], value: Any) -> Any:
+    """The value of the node a path names, whether or not the target wrapped it.
+
+    RFC 7951 and the gNMI specification (section 2.3.1) put the *children* of the node a path
+    names in a JSON_IETF value, but SONiC's gNMI server (sonic-gnmi / sonic-mgmt-framework
+    translib, see its ``gNMI_usage_examples.md``) answers ``/interfaces`` with
+    ``{"openconfig-interfaces:interfaces": {...}}``: the node itself, module-qualified. A value
+    that is one member named like the path's last element is that wrapper; for a keyed element
+    the wrapper holds a one-entry list, whose entry is taken.
+    """
+    name, keys = last
+    if not isinstance(value, Mapping) or len(value) != 1:
+        return value
+    ((member, inner),) = value.items()
+    if strip_module(str(member)) != name:
+        return value
+    if keys:
+        if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], Mapping):
+            return inner[0]
+        return value
+    if isinstance(inner, Mapping) or (isinstance(inner, list) and name in LIST_KEYS):
+        return inner
+    return value
+
+
 def _merge_into(node: dict[str, Any], key: str, value: Any) -> None:
     if isinstance(value, dict) and isinstance(node.get(key), dict):
         for k, v in value.items():
@@ -234,6 +331,8 @@ class OcTree:
         """Place ``value`` at ``elems``; raises :class:`TreeError` if the shapes clash."""
         node = self.root
         steps = [(strip_module(name), dict(keys)) for name, keys in elems]
+        if steps:
+            value = unwrap(steps[-1], value)
         if not steps:
             if not isinstance(value, Mapping):
                 raise TreeError("a value at the root must be an object")
@@ -293,10 +392,33 @@ def _entries(target: str, table: Any, where: str) -> tuple[dict[str, Any], list[
     return table, []
 
 
+def _clean_counters(
+    target: str, where: str, entry: dict[str, Any], problems: list[Problem]
+) -> dict[str, Any]:
+    """The entry with each malformed counter dropped and named: one bad counter costs that
+    counter, not the interface (a device that sends one garbage leaf still has good ones)."""
+    state = entry.get("state")
+    if not isinstance(state, dict) or not isinstance(state.get("counters"), dict):
+        return entry
+    counters: dict[str, Any] = state["counters"]
+    clean: dict[str, Any] = {}
+    for leaf, value in counters.items():
+        if leaf in _COUNTER_FIELDS:
+            try:
+                _counter64(value)
+            except ValueError as exc:
+                problems.append(
+                    Problem(target=target, path=f"{where}/state/counters/{leaf}", reason=str(exc))
+                )
+                continue
+        clean[leaf] = value
+    return {**entry, "state": {**state, "counters": clean}}
+
+
 def interfaces_of(
     tree: OcTree, target: str
 ) -> tuple[list[InterfaceState], dict[str, InterfaceCounters], list[Problem]]:
-    """Interfaces (state, speed) and their counters from ``/interfaces``."""
+    """Interfaces (state, speed, ifindex, alias, MAC, addresses) and counters (``/interfaces``)."""
     table, problems = _entries(target, tree.get("interfaces", "interface"), "/interfaces")
     states: list[InterfaceState] = []
     counters: dict[str, InterfaceCounters] = {}
@@ -306,7 +428,7 @@ def interfaces_of(
             problems.append(Problem(target=target, path=where, reason="expected an object"))
             continue
         try:
-            iface = OcInterface.model_validate(entry)
+            iface = OcInterface.model_validate(_clean_counters(target, where, entry, problems))
         except ValidationError as exc:
             problems.extend(_problems(target, where, exc))
             continue
@@ -315,11 +437,25 @@ def interfaces_of(
             counters[iface.name] = state.counters.observed()
         if state is None or state.oper_status is None:
             continue  # a counters-only or config-only entry
-        speed = iface.ethernet.state.port_speed if iface.ethernet and iface.ethernet.state else None
+        eth = iface.ethernet.state if iface.ethernet else None
         states.append(
-            InterfaceState(name=iface.name, oper_status=state.oper_status.value, speed_gbps=speed)
+            InterfaceState(
+                name=iface.name,
+                oper_status=state.oper_status.value,
+                speed_gbps=eth.speed if eth else None,
+                if_index=state.ifindex,
+                description=state.description,
+                mac=eth.mac if eth else "",
+                addresses=iface.addresses(),
+            )
         )
     return states, counters, problems
+
+
+def lldp_chassis_of(tree: OcTree) -> str:
+    """The switch's own LLDP chassis-id (``/lldp/state/chassis-id``), if it said."""
+    value = tree.get("lldp", "state", "chassis-id")
+    return value if isinstance(value, str) else ""
 
 
 def neighbors_of(tree: OcTree, target: str) -> tuple[list[LldpNeighbor], list[Problem]]:
@@ -346,6 +482,7 @@ def neighbors_of(tree: OcTree, target: str) -> tuple[list[LldpNeighbor], list[Pr
                     port_id=st.port_id,
                     chassis_id=st.chassis_id,
                     port_description=st.port_description,
+                    port_id_type=strip_module(st.port_id_type),
                     mgmt_address=address if isinstance(address, ipaddress.IPv4Address) else None,
                     kind=neighbor.kind(),
                 )

@@ -138,6 +138,22 @@ class GnmiOptions(Strict):
     )
     counters: bool = Field(default=True, description="Subscribe to counters (SAMPLE).")
     ecn: bool = Field(default=True, description="Also sample ECN marks where the target has them.")
+    prefix_target: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Sent as the request prefix's target. SONiC's gNMI server refuses requests "
+        "without one and serves OpenConfig under 'OC-YANG' (sonic-gnmi gNMI_usage_examples).",
+    )
+    origin: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Path origin, e.g. 'openconfig' where a platform needs it to pick the "
+        "OpenConfig tree over its native models (NX-OS: 'openconfig' vs 'device').",
+    )
+    encoding: Literal["auto", "json_ietf", "json"] = Field(
+        default="auto",
+        description="auto: JSON_IETF if the target offers it, else JSON; either may be forced.",
+    )
 
 
 class SnmpV2c(Strict):

@@ -32,6 +32,7 @@ from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
 from c4p.testing.certs import Pki
 from c4p.testing.dataplane import FabricEmulator
+from c4p.testing.flavours import Flavour
 from c4p.testing.oc_payloads import ECN_QUEUE, MODELS, SUBTREES, get_answer, switch_tree
 from southbound.targets import (
     GnmiCredentials,
@@ -67,6 +68,34 @@ def _json(value: Any) -> Any:
 
 def _names(path: Any) -> list[str]:
     return [e.name.rsplit(":", 1)[-1] for e in path.elem]
+
+
+_ENTRY_KEYS = {
+    "interface": ("name", "interface-id"),
+    "neighbor": ("id",),
+    "queue": ("name",),
+    "subinterface": ("index",),
+}
+
+
+def _split(node: Any) -> list[tuple[list[Any], Any]]:
+    """A subtree cut as devices cut it: one (relative path, value) per list entry, the
+    container's own leaves in one more. Lists below an entry stay inside it."""
+    out: list[tuple[list[Any], Any]] = []
+    leaves: dict[str, Any] = {}
+    for member, value in node.items():
+        name = member.rsplit(":", 1)[-1]
+        if isinstance(value, list) and name in _ENTRY_KEYS:
+            for entry in value:
+                key = next(k for k in _ENTRY_KEYS[name] if k in entry)
+                out.append(([_elem(member, {key: str(entry[key])})], entry))
+        elif isinstance(value, dict):
+            out.extend(([_elem(member), *e], v) for e, v in _split(value))
+        else:
+            leaves[member] = value
+    if leaves:
+        out.append(([], leaves))
+    return out
 
 
 class _Sub:
@@ -113,6 +142,31 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
     def _tree(self, *parts: str) -> dict[str, Any]:
         return switch_tree(self.emu, self.switch, parts=parts, as_numbers=self.as_numbers)
 
+    @property
+    def flavour(self) -> Flavour:
+        return self.emu.flavour_of(self.switch)
+
+    def _check_request(self, context: Any, prefix: Any, paths: Iterable[Any]) -> None:
+        """The request rules of this switch's OS (see :mod:`c4p.testing.flavours`)."""
+        flavour = self.flavour
+        if flavour.prefix_target and (prefix is None or prefix.target != flavour.prefix_target):
+            # sonic-gnmi's answer to a request without a prefix target.
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "No target specified in prefix")
+        if flavour.origin:
+            for path in paths:
+                origin = path.origin or (prefix.origin if prefix is not None else "")
+                if origin != flavour.origin:
+                    context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"path origin {origin or '(none)'!r}: OpenConfig paths need origin "
+                        f"{flavour.origin!r}",
+                    )
+
+    def _check_encoding(self, context: Any, encoding: int) -> None:
+        name = gnmi_pb2.Encoding.Name(encoding)
+        if name not in self.flavour.encodings or name not in ("JSON_IETF", "JSON"):
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, f"encoding {name} is not supported")
+
     # -- unary RPCs -------------------------------------------------------------------------
 
     def Capabilities(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC name)
@@ -123,42 +177,48 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
                 gnmi_pb2.ModelData(name=n, organization="OpenConfig working group", version=v)
                 for n, v in MODELS
             ],
-            supported_encodings=[
-                gnmi_pb2.Encoding.Value("JSON_IETF"),
-                gnmi_pb2.Encoding.Value("JSON"),
-            ],
+            supported_encodings=[gnmi_pb2.Encoding.Value(e) for e in self.flavour.encodings],
             gNMI_version="0.8.0",
         )
 
     def Get(self, request: Any, context: Any) -> Any:  # noqa: N802
         self._admit(context)
         self._slow(context)
-        if request.encoding not in (
-            gnmi_pb2.Encoding.Value("JSON_IETF"),
-            gnmi_pb2.Encoding.Value("JSON"),
-        ):
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "only JSON_IETF and JSON encodings")
+        self._check_request(context, request.prefix, request.path)
+        self._check_encoding(context, request.encoding)
+        flavour = self.flavour
         tree = self._tree("interfaces", "lldp", "system", "qos")
-        updates = []
+        pairs: list[tuple[list[Any], Any]] = []
         for path in request.path:
             text = "/" + "/".join(_names(path))
-            wanted = list(SUBTREES) if text == "/" else [text]
-            for sub in wanted:
-                if sub not in SUBTREES:
+            wanted = ["/interfaces", "/lldp", "/system/state", "/qos/interfaces"]
+            for sub in wanted if text == "/" else [text]:
+                if sub not in SUBTREES or (sub == "/system/state" and not flavour.has_system):
                     context.abort(grpc.StatusCode.NOT_FOUND, f"path {text} is not served")
+                elems = [_elem(n) for n in sub.strip("/").split("/")]
                 raw = self.emu.raw_answer(self.switch, sub)
-                val = (
-                    gnmi_pb2.TypedValue(json_ietf_val=raw)
-                    if raw is not None
-                    else _json(get_answer(tree, sub))
-                )
-                updates.append(
-                    gnmi_pb2.Update(
-                        path=_path(*[_elem(n) for n in sub.strip("/").split("/")]), val=val
-                    )
-                )
-        note = gnmi_pb2.Notification(timestamp=time.time_ns(), update=updates)
-        return gnmi_pb2.GetResponse(notification=[note])
+                if raw is not None:
+                    pairs.append((elems, gnmi_pb2.TypedValue(json_ietf_val=raw)))
+                    continue
+                answer = get_answer(tree, sub)
+                if flavour.split != "one":
+                    pairs.extend((elems + e, _json(v)) for e, v in _split(answer))
+                elif flavour.wrapped:
+                    last = sub.rsplit("/", 1)[1]
+                    inner = {k.rsplit(":", 1)[-1]: v for k, v in answer.items()}
+                    pairs.append((elems, _json({f"{SUBTREES[sub][1]}:{last}": inner})))
+                else:
+                    pairs.append((elems, _json(answer)))
+        now = time.time_ns()
+        prefix = gnmi_pb2.Path(target=request.prefix.target) if request.prefix.target else None
+        updates = [gnmi_pb2.Update(path=_path(*e), val=v) for e, v in pairs]
+        if flavour.split == "notifications":
+            notes = [
+                gnmi_pb2.Notification(timestamp=now, prefix=prefix, update=[u]) for u in updates
+            ]
+        else:
+            notes = [gnmi_pb2.Notification(timestamp=now, prefix=prefix, update=updates)]
+        return gnmi_pb2.GetResponse(notification=notes)
 
     # -- Subscribe --------------------------------------------------------------------------
 
@@ -246,6 +306,8 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
         if not first.HasField("subscribe"):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first request must be subscribe")
         request = first.subscribe
+        self._check_request(context, request.prefix, [s.path for s in request.subscription])
+        self._check_encoding(context, request.encoding)
         subs = self._subs(request, context)
         mode = gnmi_pb2.SubscriptionList.Mode.Name(request.mode)
         # The version is read before the state it stands for: a change in between is seen.
@@ -406,7 +468,9 @@ class GnmiFabric:
                 TargetConfig(
                     name=s,
                     address="127.0.0.1",
-                    gnmi=options.model_copy(update={"port": self.ports[s]}),
+                    gnmi=options.model_copy(
+                        update={"port": self.ports[s], **self.emu.flavour_of(s).client_options()}
+                    ),
                     timeouts=timeouts
                     or Timeouts(connect_s=2.0, rpc_s=5.0, retry_initial_s=0.1, retry_max_s=1.0),
                 )
