@@ -36,7 +36,7 @@ from southbound.observed import (
     SwitchObservation,
 )
 from topology.index import natural_key
-from topology.model import Fabric, LinkStatus, split_end
+from topology.model import Fabric, LinkStatus, Switch, split_end
 
 
 def mac_of(name: str) -> str:
@@ -130,6 +130,7 @@ class FabricEmulator:
         if isinstance(flavours, str):
             flavours = dict.fromkeys(names, flavours)
         self._flavours = {n: flavour((flavours or {}).get(n, "openconfig")) for n in names}
+        self._switch_by_name = {s.name: s for s in fabric.switches}
         self._clock = clock
         self._lock = threading.Lock()
         # One condition per switch on the one lock: a change wakes only its switches' streams.
@@ -172,6 +173,9 @@ class FabricEmulator:
     def flavour_of(self, switch: str) -> Flavour:
         """The OS dialect ``switch`` speaks (see :mod:`c4p.testing.flavours`)."""
         return self._flavours[switch]
+
+    def switch(self, name: str) -> Switch:
+        return self._switch_by_name[name]
 
     def link_index(self, switch: str, interface: str) -> int:
         return self._port_by_name[(switch, interface)].link

@@ -20,6 +20,7 @@ from typing import Any
 
 from c4p.testing.dataplane import FabricEmulator, mac_of
 from c4p.testing.flavours import Flavour
+from topology.model import Fabric, SwitchAddress, split_end
 
 SUBTREES: dict[str, tuple[tuple[str, ...], str]] = {
     "/interfaces": (("interfaces",), "openconfig-interfaces"),
@@ -71,17 +72,44 @@ def _counter(value: int, as_number: bool) -> int | str:
 
 
 LOOPBACK_NETWORK = ipaddress.IPv4Network("172.16.0.0/14")
-"""Emulated switch loopbacks (one /32 each, switch order); clear of the NIC and mgmt plans."""
+"""Loopbacks given by :func:`with_switch_addresses` (a /32 per switch, in switch order)."""
 P2P_NETWORK = ipaddress.IPv4Network("172.20.0.0/14")
-"""Emulated switch-switch link addresses: a /31 per link, side 0 the even address."""
+"""Switch-switch link addresses given by :func:`with_switch_addresses` (a /31 per link)."""
 
 
-def loopback_address(emu: FabricEmulator, switch: str) -> ipaddress.IPv4Address:
-    return LOOPBACK_NETWORK.network_address + 1 + emu.switches.index(switch)
+def with_switch_addresses(fabric: Fabric) -> Fabric:
+    """``fabric`` with a loopback per switch and a /31 on each end of every switch-switch link
+    (clear of the NIC and management address plans), as a routed fabric has; the emulator
+    serves exactly the addresses a fabric's switches own, so discovery can be compared."""
+    switches = {s.name for s in fabric.switches}
+    owned: dict[str, list[SwitchAddress]] = {
+        s.name: [SwitchAddress(address=LOOPBACK_NETWORK.network_address + 1 + i)]
+        for i, s in enumerate(fabric.switches)
+    }
+    for li, link in enumerate(fabric.links):
+        ends = [split_end(e) for e in link.ends]
+        if all(device in switches for device, _ in ends):
+            for side, (device, interface) in enumerate(ends):
+                address = P2P_NETWORK.network_address + 2 * li + side
+                owned[device].append(SwitchAddress(address=address, interface=interface))
+    return fabric.model_copy(
+        update={
+            "switches": tuple(
+                s.model_copy(update={"addresses": tuple(owned[s.name])}) for s in fabric.switches
+            )
+        }
+    )
 
 
-def p2p_address(link: int, side: int) -> ipaddress.IPv4Address:
-    return P2P_NETWORK.network_address + 2 * link + side
+def _served_addresses(emu: FabricEmulator, switch: str) -> dict[str | None, list[Any]]:
+    """The switch's own addresses by interface (``None``: the loopback)."""
+    out: dict[str | None, list[Any]] = {}
+    for entry in emu.switch(switch).addresses:
+        iface = entry.interface
+        if iface is not None and iface.lower().startswith(("lo", "loopback")):
+            iface = None
+        out.setdefault(iface, []).append(entry.address)
+    return out
 
 
 def port_mac(device: str, interface: str) -> str:
@@ -89,24 +117,24 @@ def port_mac(device: str, interface: str) -> str:
     return mac_of(f"{device}:{interface}")
 
 
-def _addresses(ips: list[tuple[ipaddress.IPv4Address, int]]) -> dict[str, Any]:
-    entries = [
-        {
-            "ip": str(ip),
-            "config": {"ip": str(ip), "prefix-length": length},
-            "state": {"ip": str(ip), "prefix-length": length},
-        }
-        for ip, length in ips
-    ]
-    return {
-        "subinterface": [
+def _addresses(ips: list[Any], loopback: bool) -> dict[str, Any]:
+    """``subinterfaces`` holding ``ips`` (openconfig-if-ip: ipv4/ipv6 addresses/address[ip])."""
+    sub: dict[str, Any] = {"index": 0, "state": {"index": 0}}
+    for version, family in ((4, "openconfig-if-ip:ipv4"), (6, "openconfig-if-ip:ipv6")):
+        full = 32 if version == 4 else 128
+        length = full if loopback else full - 1
+        entries = [
             {
-                "index": 0,
-                "state": {"index": 0},
-                "openconfig-if-ip:ipv4": {"addresses": {"address": entries}},
+                "ip": str(ip),
+                "config": {"ip": str(ip), "prefix-length": length},
+                "state": {"ip": str(ip), "prefix-length": length},
             }
+            for ip in ips
+            if ip.version == version
         ]
-    }
+        if entries:
+            sub[family] = {"addresses": {"address": entries}}
+    return {"subinterface": [sub]}
 
 
 def interface_entries(
@@ -115,6 +143,7 @@ def interface_entries(
     flavour = emu.flavour_of(switch)
     as_numbers = as_numbers or flavour.counters_as_numbers
     switches = set(emu.switches)
+    served = _served_addresses(emu, switch)
     entries = []
     for port in emu.ports(switch):
         c = emu.counters(switch, port.interface)
@@ -150,8 +179,8 @@ def interface_entries(
             "state": state,
             "openconfig-if-ethernet:ethernet": {"state": ethernet},
         }
-        if port.peer.split(":", 1)[0] in switches:
-            entry["subinterfaces"] = _addresses([(p2p_address(port.link, port.side), 31)])
+        if port.interface in served:
+            entry["subinterfaces"] = _addresses(served[port.interface], loopback=False)
         entries.append(entry)
     if switch in switches:
         entries.append(
@@ -164,7 +193,7 @@ def interface_entries(
                     "oper-status": "UP",
                     "ifindex": flavour.ifindex(5000),
                 },
-                "subinterfaces": _addresses([(loopback_address(emu, switch), 32)]),
+                "subinterfaces": _addresses(served.get(None, []), loopback=True),
             }
         )
     return entries
