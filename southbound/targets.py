@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from southbound.driver_errors import TargetConfigError
+from southbound.gnmic import from_gnmic, is_gnmic
 from topology.model import Name, SwitchRole
 
 
@@ -305,7 +306,8 @@ class TargetDefaults(Strict):
 
 
 class TargetsFile(Strict):
-    """The targets file: ``defaults`` and one entry per switch (names unique)."""
+    """The targets file: ``defaults`` and one entry per switch (names unique); or gnmic's
+    target file (``targets`` a mapping, :mod:`southbound.gnmic`)."""
 
     defaults: TargetDefaults = TargetDefaults()
     targets: tuple[TargetConfig, ...] = Field(min_length=1)
@@ -313,6 +315,8 @@ class TargetsFile(Strict):
     @model_validator(mode="before")
     @classmethod
     def _apply_defaults(cls, data: Any) -> Any:
+        if is_gnmic(data):  # gnmic's target file (see southbound.gnmic)
+            data = from_gnmic(data)
         if not isinstance(data, Mapping) or not isinstance(data.get("targets"), list):
             return data
         defaults = data.get("defaults") or {}
