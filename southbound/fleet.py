@@ -113,6 +113,7 @@ class Fleet:
         )
         self._rebuilding = False
         self._last_rebuild = 0.0
+        self._last_update: dict[str, float] = {}
         self._reported: dict[tuple[str, str, str], float] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -314,6 +315,7 @@ class Fleet:
         return changed
 
     def _observed(self, name: str, obs: SwitchObservation, *, refresh: bool = False) -> None:
+        self._last_update[name] = self._wall()
         events: list[TopologyEvent] = list(
             self._tracker.observe(name, obs, stream_owns_status=refresh)
         )
@@ -345,6 +347,7 @@ class Fleet:
             self._emit(TargetEvent(target=name, health=health, at=self._wall(), reason=str(exc)))
 
     def _on_update(self, name: str, update: WatchUpdate) -> None:
+        self._last_update[name] = self._wall()  # one dict store: cheap on the hot path
         if isinstance(update, Problem):
             self._report([update])
         elif isinstance(update, StreamSynced):
@@ -405,6 +408,10 @@ class Fleet:
         for event in events:
             self._emit(event)
         return result
+
+    def last_updates(self) -> dict[str, float]:
+        """When each target last sent anything (an answer or a streamed update), wall time."""
+        return dict(self._last_update)
 
     def status(self) -> dict[str, TargetStatus]:
         with self._lock:

@@ -408,6 +408,14 @@ class FabricSource(Strict):
     )
     name: Name | None = Field(default=None, description="Name of the discovered fabric.")
     attempts: int = Field(default=2, ge=1, le=10, description="Discovery tries per target.")
+    rediscover_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="source gnmi/snmp: compare a fresh snapshot with the fabric in force this "
+        "often; wiring changes are re-planned and logged, a snapshot that lost most of the "
+        "fabric is held as suspect (0: off).",
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> Self:

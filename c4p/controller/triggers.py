@@ -42,6 +42,7 @@ class KeyKind(StrEnum):
     TIMER = "timer"  # a held link may be usable now; a periodic re-plan
     REPLAN = "replan"  # an operator asked for a plan now
     RETRY = "retry"  # the last plan failed
+    WIRING = "wiring"  # re-discovery found links gone, new or re-speeded (the reason says which)
 
 
 @dataclass(frozen=True, order=True)
