@@ -467,12 +467,20 @@ def neighbors_of(tree: OcTree, target: str) -> tuple[list[LldpNeighbor], list[Pr
         raw = entry.get("neighbors") if isinstance(entry, dict) else None
         if raw is None:
             continue
-        try:
-            neighbors = OcLldpNeighbors.model_validate(raw)
-        except ValidationError as exc:
-            problems.extend(_problems(target, where, exc))
+        entries = raw.get("neighbor") if isinstance(raw, dict) else None
+        if not isinstance(entries, dict):
+            try:  # not a keyed list: let the model say what is wrong with it
+                OcLldpNeighbors.model_validate(raw)
+            except ValidationError as exc:
+                problems.extend(_problems(target, where, exc))
             continue
-        for neighbor in neighbors.neighbor.values():
+        for key, item in entries.items():
+            # One malformed neighbour costs that neighbour, not the interface's others.
+            try:
+                neighbor = OcNeighbor.model_validate(item)
+            except ValidationError as exc:
+                problems.extend(_problems(target, f"{where}/neighbor[id={key}]", exc))
+                continue
             st = neighbor.state
             address = st.management_address
             found.append(

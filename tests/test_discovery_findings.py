@@ -24,7 +24,7 @@ from c4p.testing.oc_payloads import interface_entries
 from southbound.discovery import build_fabric
 from southbound.gnmi import GnmiSession
 from southbound.observed import SwitchObservation
-from southbound.openconfig import OcTree, interfaces_of
+from southbound.openconfig import OcTree, interfaces_of, neighbors_of
 from southbound.targets import TargetsFile
 
 runner = CliRunner()
@@ -225,3 +225,22 @@ def test_gnmic_file_errors_name_the_field(
     result = runner.invoke(discover_app, ["--targets", str(targets)])
     assert result.exit_code == 2, result.output
     assert "targets.spine1" in result.output and words in result.output
+
+
+def test_one_malformed_neighbor_costs_that_neighbor() -> None:
+    tree = OcTree()
+    good = {"id": "1", "state": {"system-name": "spine-00", "port-id": "Ethernet1"}}
+    bad = {"id": "2", "state": {"port-id": "Ethernet2"}}  # no system-name
+    tree.add(
+        [("openconfig-lldp:lldp", {})],
+        {
+            "interfaces": {
+                "interface": [{"name": "Ethernet3", "neighbors": {"neighbor": [good, bad]}}]
+            }
+        },
+    )
+    found, problems = neighbors_of(tree, "leaf-00")
+    assert [n.system_name for n in found] == ["spine-00"]
+    assert [p.path for p in problems] == [
+        "/lldp/interfaces/interface[name=Ethernet3]/neighbors/neighbor[id=2]/state/system-name"
+    ]
