@@ -9,9 +9,17 @@ without its prefix target, an NX-OS target one without origin ``openconfig``.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 from fixtures_fabric_emulator import FAST, serve_gnmi, small_fabric
+from typer.testing import CliRunner
 
+from c4p.cli.discover import discover_app
+from c4p.files import save_fabric
 from c4p.testing.flavours import SWITCH_OS_FLAVOURS, mixed
 from c4p.testing.oc_payloads import with_switch_addresses
 from southbound.events import TargetHealth
@@ -106,3 +114,32 @@ def test_nxos_needs_origin_and_is_read_in_json() -> None:
     for status in forced.status().values():
         assert status.health is TargetHealth.FAILED
         assert "json_ietf is not offered (offers JSON, PROTO)" in status.last_error
+
+
+def test_cli_emulate_then_discover(tmp_path: Path) -> None:
+    """The README's two commands: serve a fabric as mixed-OS switches, discover it back."""
+    fabric_file, targets = tmp_path / "fabric.yaml", tmp_path / "targets.yaml"
+    declared = small_fabric("leaf-spine")
+    save_fabric(declared, fabric_file)
+    log = tmp_path / "emulate.log"
+    with log.open("wb") as out:
+        serving = subprocess.Popen(
+            [sys.executable, "-m", "c4p", "fabric", "emulate", str(fabric_file),
+             "--targets", str(targets), "--flavour", "mixed", "--duration", "60"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and serving.poll() is None:
+            if "serving" in log.read_text(errors="replace"):  # printed after the file is written
+                break
+            time.sleep(0.1)
+        assert targets.exists(), log.read_text(errors="replace")
+        result = CliRunner().invoke(
+            discover_app, ["--targets", str(targets), "--compare", str(fabric_file)]
+        )
+        assert result.exit_code == 0, result.output
+        assert "matches the declared fabric" in result.output
+    finally:
+        serving.terminate()
+        serving.wait(10)
