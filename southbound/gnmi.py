@@ -239,8 +239,20 @@ class GnmiSession:
             return TargetTlsError(f"TLS handshake failed: {text}", target=self.name)
         if (
             code is grpc.StatusCode.UNAVAILABLE
+            and tls is not None
+            and tls.mode is TlsMode.TLS
+            and self._tls_probe() == "wants a client certificate"
+        ):
+            return TargetTlsError(
+                "the target closed the connection right after the TLS handshake, as a server "
+                "requiring a client certificate does (mutual TLS): give gnmi.tls mode mtls "
+                "with cert_file and key_file",
+                target=self.name,
+            )
+        if (
+            code is grpc.StatusCode.UNAVAILABLE
             and (tls is None or tls.mode is TlsMode.INSECURE)
-            and self._speaks_tls()
+            and self._tls_probe() != "plaintext"
         ):
             return TargetTlsError(
                 "plaintext client meeting a TLS server: the target answers with TLS, but "
@@ -250,24 +262,42 @@ class GnmiSession:
         name = code.name if code is not None else "error"
         return TargetUnreachable(f"{method} failed ({name}): {details}", target=self.name)
 
-    def _speaks_tls(self) -> bool:
-        """Whether the target completes a TLS handshake (a diagnosis only: nothing is sent
-        over it and its certificate is not trusted for anything)."""
+    def _tls_probe(self) -> str:
+        """What the target does with a TLS client that shows no certificate: ``plaintext``
+        (no TLS handshake), ``wants a client certificate`` or ``tls``. A diagnosis only:
+        nothing is sent over it and its certificate is not trusted for anything."""
         cfg = self.config
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         context.set_alpn_protocols(["h2"])
         try:
-            with (
-                socket.create_connection(
-                    (cfg.address, cfg.gnmi.port), timeout=min(2.0, cfg.timeouts.connect_s)
-                ) as raw,
-                context.wrap_socket(raw) as tls,
-            ):
-                return tls.version() is not None
+            with socket.create_connection(
+                (cfg.address, cfg.gnmi.port), timeout=min(2.0, cfg.timeouts.connect_s)
+            ) as raw:
+                try:
+                    tls = context.wrap_socket(raw)
+                except (OSError, ValueError) as exc:
+                    return (
+                        "wants a client certificate"
+                        if "CERTIFICATE_REQUIRED" in str(exc)
+                        else "plaintext"
+                    )
+                with tls:
+                    try:  # TLS 1.3 asks for the client certificate after the handshake
+                        first = tls.recv(1)
+                    except ssl.SSLError as exc:
+                        text = str(exc)
+                        if "CERTIFICATE_REQUIRED" in text or "certificate required" in text:
+                            return "wants a client certificate"
+                        return "tls"
+                    except OSError:
+                        return "tls"
+                    # A gRPC server speaks first (HTTP/2 SETTINGS); one that closes right
+                    # after the handshake refused us: what a server requiring mTLS does.
+                    return "wants a client certificate" if first == b"" else "tls"
         except (OSError, ValueError):
-            return False
+            return "plaintext"
 
     def close(self) -> None:
         self.cancel()

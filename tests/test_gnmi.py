@@ -58,7 +58,7 @@ def test_discovery_over_tls(mode: TlsMode, pki: Pki) -> None:
     ("server_mtls", "client_mode", "foreign_ca", "words"),
     [
         (False, TlsMode.TLS, True, "certificate was refused"),
-        (True, TlsMode.TLS, False, ""),
+        (True, TlsMode.TLS, False, "client certificate"),
         (False, TlsMode.INSECURE, False, "plaintext client meeting a TLS server"),
     ],
     ids=["untrusted-server", "no-client-cert", "plaintext-to-tls"],
@@ -76,11 +76,19 @@ def test_tls_mismatch_is_refused(
     status = fleet.status()
     for s in status.values():
         assert s.last_error, s
-        if words:
-            assert s.health is TargetHealth.FAILED, s
-            assert words in s.last_error, s.last_error
+        assert s.health is TargetHealth.FAILED, s
+        assert words in s.last_error, s.last_error
     assert result.fabric.links == ()
     assert set(result.unreached_targets) == {s.name for s in fabric.switches}
+
+
+def test_tls_client_meeting_a_plaintext_server_says_so(pki: Pki) -> None:
+    with serve_gnmi(small_fabric("leaf-spine")) as (_, servers):
+        fleet = Fleet(servers.targets_file(tls=pki.client_tls(TlsMode.TLS), timeouts=FAST))
+        fleet.discover(attempts=1)
+    for s in fleet.status().values():
+        assert s.health is TargetHealth.FAILED, s
+        assert "TLS client meeting a plaintext server" in s.last_error
 
 
 def test_credentials_are_checked() -> None:
