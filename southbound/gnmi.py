@@ -19,8 +19,6 @@ the caller instead of dying in a background thread. Answers are decoded here and
 from __future__ import annotations
 
 import json
-import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +37,7 @@ from southbound.driver_errors import (
     TargetTlsError,
     TargetUnreachable,
 )
+from southbound.gnmi_errors import rpc_error
 from southbound.observed import (
     CounterSample,
     InterfaceCounters,
@@ -50,16 +49,13 @@ from southbound.observed import (
     SwitchObservation,
     WatchUpdate,
 )
+from southbound.oc_tree import OcTree, PathElem, TreeError, path_text
 from southbound.openconfig import (
-    OcTree,
-    PathElem,
-    TreeError,
     ecn_marks_of,
     hostname_of,
     interfaces_of,
     lldp_chassis_of,
     neighbors_of,
-    path_text,
     streamed_leaves,
 )
 from southbound.targets import TargetConfig, TlsConfig, TlsMode
@@ -211,93 +207,7 @@ class GnmiSession:
             raise self._error(method, exc, timeout) from None
 
     def _error(self, method: str, exc: Any, timeout: float) -> Exception:
-        code = exc.code() if hasattr(exc, "code") else None
-        details = exc.details() if hasattr(exc, "details") else str(exc)
-        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-            return TargetAuthError(f"{method} refused: {details}", target=self.name)
-        if code is grpc.StatusCode.UNIMPLEMENTED:
-            return CapabilityError(f"{method} is not implemented: {details}", target=self.name)
-        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-            return TargetUnreachable(
-                f"no answer to {method} within {timeout:g} s", target=self.name
-            )
-        tls = self.config.gnmi.tls
-        text = str(details)
-        if "WRONG_VERSION_NUMBER" in text or "packet length too long" in text:
-            return TargetTlsError(
-                f"TLS client meeting a plaintext server: {method} failed in the TLS handshake "
-                f"({text}); set gnmi.tls mode insecure if the target serves plaintext",
-                target=self.name,
-            )
-        if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text.lower():
-            return TargetTlsError(
-                f"the target's certificate was refused ({text}); check gnmi.tls.ca_file and "
-                "server_name",
-                target=self.name,
-            )
-        if "handshake" in text.lower() and "ssl" in text.lower():
-            return TargetTlsError(f"TLS handshake failed: {text}", target=self.name)
-        if (
-            code is grpc.StatusCode.UNAVAILABLE
-            and tls is not None
-            and tls.mode is TlsMode.TLS
-            and self._tls_probe() == "wants a client certificate"
-        ):
-            return TargetTlsError(
-                "the target closed the connection right after the TLS handshake, as a server "
-                "requiring a client certificate does (mutual TLS): give gnmi.tls mode mtls "
-                "with cert_file and key_file",
-                target=self.name,
-            )
-        if (
-            code is grpc.StatusCode.UNAVAILABLE
-            and (tls is None or tls.mode is TlsMode.INSECURE)
-            and self._tls_probe() != "plaintext"
-        ):
-            return TargetTlsError(
-                "plaintext client meeting a TLS server: the target answers with TLS, but "
-                "gnmi.tls says mode insecure; give mode tls and its ca_file",
-                target=self.name,
-            )
-        name = code.name if code is not None else "error"
-        return TargetUnreachable(f"{method} failed ({name}): {details}", target=self.name)
-
-    def _tls_probe(self) -> str:
-        """What the target does with a TLS client that shows no certificate: ``plaintext``
-        (no TLS handshake), ``wants a client certificate`` or ``tls``. A diagnosis only:
-        nothing is sent over it and its certificate is not trusted for anything."""
-        cfg = self.config
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        context.set_alpn_protocols(["h2"])
-        try:
-            with socket.create_connection(
-                (cfg.address, cfg.gnmi.port), timeout=min(2.0, cfg.timeouts.connect_s)
-            ) as raw:
-                try:
-                    tls = context.wrap_socket(raw)
-                except (OSError, ValueError) as exc:
-                    return (
-                        "wants a client certificate"
-                        if "CERTIFICATE_REQUIRED" in str(exc)
-                        else "plaintext"
-                    )
-                with tls:
-                    try:  # TLS 1.3 asks for the client certificate after the handshake
-                        first = tls.recv(1)
-                    except ssl.SSLError as exc:
-                        text = str(exc)
-                        if "CERTIFICATE_REQUIRED" in text or "certificate required" in text:
-                            return "wants a client certificate"
-                        return "tls"
-                    except OSError:
-                        return "tls"
-                    # A gRPC server speaks first (HTTP/2 SETTINGS); one that closes right
-                    # after the handshake refused us: what a server requiring mTLS does.
-                    return "wants a client certificate" if first == b"" else "tls"
-        except (OSError, ValueError):
-            return "plaintext"
+        return rpc_error(self.config, method, exc, timeout)
 
     def close(self) -> None:
         self.cancel()
