@@ -33,6 +33,7 @@ from southbound.drivers import Driver, Session, driver_factory
 from southbound.events import EventSink, LinkLoad, TargetEvent, TargetHealth, TopologyEvent
 from southbound.observed import (
     CounterSample,
+    LldpChanged,
     Observed,
     OperChange,
     Problem,
@@ -47,6 +48,8 @@ from topology.model import Fabric
 
 PROBLEM_REPEAT_S = 60.0
 REBUILD_EVERY_S = 0.5
+LLDP_SETTLE_S = 0.2
+"""After an LLDP ON_CHANGE update, wait this long for the rest of the change, then re-read."""
 """Wiring changes are folded into the snapshot at most this often, off the event path."""
 """The same problem from the same target is reported at most once per this many seconds."""
 
@@ -350,6 +353,10 @@ class Fleet:
         self._last_update[name] = self._wall()  # one dict store: cheap on the hot path
         if isinstance(update, Problem):
             self._report([update])
+        elif isinstance(update, LldpChanged):
+            with self._lock:  # re-read this target's wiring soon (a burst costs one read)
+                due = time.monotonic() + LLDP_SETTLE_S
+                self._refresh_due[name] = min(self._refresh_due.get(name, due), due)
         elif isinstance(update, StreamSynced):
             with self._lock:
                 self._status[name] = self._status[name].model_copy(update={"streaming": True})

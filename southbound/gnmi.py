@@ -41,6 +41,7 @@ from southbound.gnmi_errors import rpc_error
 from southbound.observed import (
     CounterSample,
     InterfaceCounters,
+    LldpChanged,
     Observed,
     OperChange,
     Problem,
@@ -67,6 +68,7 @@ QOS_PATH = "/qos/interfaces"
 OPER_STATUS_PATH = "/interfaces/interface/state/oper-status"
 COUNTERS_PATH = "/interfaces/interface/state/counters"
 ECN_PATH = "/qos/interfaces/interface/output/queues/queue/state/ecn-marked-pkts"
+LLDP_NEIGHBORS_PATH = "/lldp/interfaces/interface/neighbors"
 EXPECTED_MODELS = ("openconfig-interfaces", "openconfig-lldp")
 
 
@@ -381,8 +383,12 @@ class GnmiSession:
             self._stub.Subscribe(self._requests(r), metadata=self._metadata)
             for r in self.subscriptions()
         ]
+        lldp = self.lldp_subscription()
+        optional = (
+            [self._stub.Subscribe(self._requests(lldp), metadata=self._metadata)] if lldp else []
+        )
         with self._lock:
-            self._calls = calls
+            self._calls = calls + optional
         if self._cancelled.is_set():  # cancel() ran before the calls were registered
             for call in calls:
                 call.cancel()
@@ -396,6 +402,14 @@ class GnmiSession:
                 daemon=True,
             )
             for call in calls[1:]
+        ] + [
+            threading.Thread(
+                target=self._pump_lldp,
+                args=(call, on_update),
+                name=f"c4p-gnmi-lldp-{self.name}",
+                daemon=True,
+            )
+            for call in optional
         ]
         for helper in helpers:
             helper.start()
@@ -403,7 +417,7 @@ class GnmiSession:
             self._pump(calls[0], on_update, failures, True)
         finally:
             self._release.set()
-            for call in calls:
+            for call in calls + optional:
                 call.cancel()
             for helper in helpers:
                 helper.join(5)
@@ -414,6 +428,55 @@ class GnmiSession:
         if failures:
             raise failures[0]
         raise TargetUnreachable("the target ended the Subscribe stream", target=self.name)
+
+    def lldp_subscription(self) -> Any:
+        """ON_CHANGE on the LLDP neighbour tables, where the target lists openconfig-lldp and
+        the targets file does not turn it off: a recabled port is then re-read at once
+        instead of at the next periodic refresh. ``None`` when not asked for."""
+        caps = self.capabilities
+        if not self.config.gnmi.lldp_on_change or caps is None:
+            return None
+        if caps.models and "openconfig-lldp" not in caps.models:
+            return None
+        return gnmi_pb2.SubscribeRequest(
+            subscribe=gnmi_pb2.SubscriptionList(
+                prefix=self._prefix(),
+                mode=gnmi_pb2.SubscriptionList.Mode.Value("STREAM"),
+                encoding=gnmi_pb2.Encoding.Value(self.encoding),
+                subscription=[
+                    gnmi_pb2.Subscription(
+                        path=self._path(LLDP_NEIGHBORS_PATH),
+                        mode=gnmi_pb2.SubscriptionMode.Value("ON_CHANGE"),
+                    )
+                ],
+            )
+        )
+
+    def _pump_lldp(self, call: Any, on_update: Callable[[WatchUpdate], None]) -> None:
+        """Read the optional LLDP stream: after its initial sync, any update means the
+        wiring may have changed. A target that refuses it costs only this stream (a problem,
+        then the periodic refresh); it never ends the status and sample streams."""
+        synced = False
+        try:
+            for response in call:
+                if response.HasField("sync_response"):
+                    synced = True
+                elif synced and response.HasField("update"):
+                    on_update(LldpChanged(target=self.name, at=self._wall()))
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            if not self._cancelled.is_set() and code is not grpc.StatusCode.CANCELLED:
+                details = exc.details() if hasattr(exc, "details") else str(exc)
+                on_update(
+                    Problem(
+                        target=self.name,
+                        path=f"{LLDP_NEIGHBORS_PATH} (ON_CHANGE)",
+                        reason=f"not offered ({details}); LLDP is re-read on the periodic "
+                        "refresh only",
+                    )
+                )
+        except Exception:  # a consumer's error: the main streams report their own
+            return
 
     def _pump(
         self,

@@ -176,5 +176,12 @@ class StreamSynced(Observed):
     at: float
 
 
-WatchUpdate = OperChange | CounterSample | StreamSynced | Problem
+class LldpChanged(Observed):
+    """The target streamed a change of its LLDP neighbour tables (ON_CHANGE): look again."""
+
+    target: str
+    at: float
+
+
+WatchUpdate = OperChange | CounterSample | StreamSynced | LldpChanged | Problem
 """What :meth:`southbound.drivers.Session.watch` hands to its callback."""

@@ -139,6 +139,11 @@ class GnmiOptions(Strict):
     )
     counters: bool = Field(default=True, description="Subscribe to counters (SAMPLE).")
     ecn: bool = Field(default=True, description="Also sample ECN marks where the target has them.")
+    lldp_on_change: bool = Field(
+        default=True,
+        description="Also subscribe ON_CHANGE to LLDP neighbours where openconfig-lldp is "
+        "listed (a refused subscription costs only itself).",
+    )
     prefix_target: str | None = Field(
         default=None,
         min_length=1,

@@ -24,6 +24,7 @@ from c4p.service.embedded import EmbeddedService
 from c4p.service.fabric_watch import FabricWatch
 from southbound.events import LinkEvent, TargetEvent, TargetHealth
 from southbound.fleet import Fleet
+from southbound.observed import Problem
 from southbound.rediscovery import judge, wiring_change
 from topology.errors import FabricFileError
 from topology.model import LinkStatus
@@ -125,3 +126,44 @@ def test_serve_refuses_an_empty_discovery_and_logs_transitions(
         finally:
             service.stop()
     assert TargetEvent and TargetHealth  # the log lines above come from these events
+
+
+@pytest.mark.parametrize("offered", [True, False], ids=["lldp-on-change", "refused"])
+def test_lldp_on_change_rereads_a_recabled_switch(offered: bool) -> None:
+    """Where a target offers LLDP ON_CHANGE, a recabling is re-read at once (the periodic
+    refresh is an hour away here); where it refuses, that costs only a named problem and the
+    status streams carry on."""
+    declared = small_fabric("leaf-spine")
+    uplinks = [
+        link for link in declared.links if link.a.startswith("leaf-00") and "spine" in link.b
+    ][:2]
+    seen: list[object] = []
+    with serve_gnmi(declared, lldp_stream=offered) as (emu, servers):
+        fleet = Fleet(
+            servers.targets_file(timeouts=FAST), declared=declared, sink=seen.append, refresh_s=3600
+        )
+        with fleet:
+            assert fleet.wait_streaming(30), fleet.status()
+            _recable(emu, [(uplinks[0].a, uplinks[0].b), (uplinks[1].a, uplinks[1].b)])
+            deadline = time.monotonic() + 30
+            if offered:
+                while time.monotonic() < deadline:
+                    change = wiring_change(declared, fleet.snapshot().fabric)
+                    if set(change.removed) == {u.id for u in uplinks}:
+                        break
+                    time.sleep(0.1)
+                assert set(change.removed) == {u.id for u in uplinks}
+                assert len(change.added) == 2
+            else:
+                while time.monotonic() < deadline and not any(
+                    isinstance(e, Problem) and "(ON_CHANGE)" in e.path for e in seen
+                ):
+                    time.sleep(0.1)
+                assert any(isinstance(e, Problem) and "(ON_CHANGE)" in e.path for e in seen)
+                assert all(s.streaming for s in fleet.status().values())
+                emu.fail_link(uplinks[0].id)  # status streams still deliver
+                while time.monotonic() < deadline and not any(
+                    isinstance(e, LinkEvent) and e.link_id == uplinks[0].id for e in seen
+                ):
+                    time.sleep(0.1)
+                assert any(isinstance(e, LinkEvent) and e.link_id == uplinks[0].id for e in seen)

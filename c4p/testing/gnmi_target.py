@@ -119,11 +119,13 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
         *,
         credentials: tuple[str, str] | None = None,
         as_numbers: bool = False,
+        lldp_stream: bool = True,
     ) -> None:
         self.emu = emu
         self.switch = switch
         self.credentials = credentials
         self.as_numbers = as_numbers
+        self.lldp_stream = lldp_stream
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -235,6 +237,8 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
                 subs.append(_Sub("counters", interval, False, 0.0))
             elif names[:1] == ["qos"] and names[-1:] == ["ecn-marked-pkts"]:
                 subs.append(_Sub("ecn", interval, False, 0.0))
+            elif names[:2] == ["lldp", "interfaces"] and mode == "ON_CHANGE" and self.lldp_stream:
+                subs.append(_Sub("lldp", interval, True, 0.0))
             elif names == ["interfaces"]:
                 subs.append(_Sub("oper", interval, mode != "SAMPLE", heartbeat))
                 subs.append(_Sub("counters", interval, False, 0.0))
@@ -295,8 +299,35 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
 
     def _all(self, subs: list[_Sub], tree: dict[str, Any]) -> Iterator[Any]:
         for kind in dict.fromkeys(s.kind for s in subs):
+            if kind == "lldp":
+                yield gnmi_pb2.SubscribeResponse(update=self._lldp_note(self._lldp_tables(), {}))
+                continue
             for note in self._notes(kind, tree):
                 yield gnmi_pb2.SubscribeResponse(update=note)
+
+    def _lldp_tables(self) -> dict[str, Any]:
+        """Each interface's LLDP ``neighbors`` container, as the Get answer has it."""
+        entries = self._tree("lldp")["lldp"]["interfaces"]["interface"]
+        return {str(e["name"]): e.get("neighbors", {}) for e in entries}
+
+    def _lldp_note(self, tables: dict[str, Any], before: dict[str, Any]) -> Any:
+        """One notification: the neighbour tables that changed, and deletes for those gone."""
+        updates = [
+            gnmi_pb2.Update(
+                path=_path(_elem("interface", {"name": name}), _elem("neighbors")),
+                val=_json(table),
+            )
+            for name, table in sorted(tables.items())
+            if before.get(name) != table
+        ]
+        gone = [
+            _path(_elem("interface", {"name": name}), _elem("neighbors"))
+            for name in sorted(set(before) - set(tables))
+        ]
+        prefix = _path(_elem("lldp"), _elem("interfaces"))
+        return gnmi_pb2.Notification(
+            timestamp=time.time_ns(), prefix=prefix, update=updates, delete=gone
+        )
 
     def Subscribe(self, request_iterator: Iterator[Any], context: Any) -> Iterator[Any]:  # noqa: N802
         self._admit(context)
@@ -336,7 +367,9 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
         for s in subs:
             s.due = start + (s.heartbeat_s if s.on_change else s.interval_s * (0.5 + phase))
         sent = {e["name"]: e["state"].get("oper-status") for e in tree["interfaces"]["interface"]}
-        on_change = any(s.on_change for s in subs)
+        on_change = any(s.on_change and s.kind == "oper" for s in subs)
+        lldp = any(s.kind == "lldp" for s in subs)
+        sent_lldp = self._lldp_tables() if lldp else {}
         while context.is_active():
             due = [s.due for s in subs if not s.on_change or s.heartbeat_s]
             wait = min([d - time.monotonic() for d in due] + [1.0])
@@ -354,6 +387,11 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
                 sent = now_status
                 for note in self._notes("oper", tree, changed):
                     yield gnmi_pb2.SubscribeResponse(update=note)
+            if changed_state and lldp:
+                tables = self._lldp_tables()
+                if tables != sent_lldp:
+                    yield gnmi_pb2.SubscribeResponse(update=self._lldp_note(tables, sent_lldp))
+                    sent_lldp = tables
             now = time.monotonic()
             ready = [s for s in subs if (not s.on_change or s.heartbeat_s) and s.due <= now]
             if ready:
@@ -376,6 +414,7 @@ class GnmiFabric:
         credentials: tuple[str, str] | None = None,
         switches: Iterable[str] | None = None,
         numbers_from: Iterable[str] = (),
+        lldp_stream: bool = True,
     ) -> None:
         self.emu = emu
         self.pki = pki
@@ -383,6 +422,7 @@ class GnmiFabric:
         self.credentials = credentials
         self.switches = tuple(switches) if switches is not None else emu.switches
         self.numbers_from = frozenset(numbers_from)
+        self.lldp_stream = lldp_stream  # False: refuse LLDP ON_CHANGE (as many targets do)
         self.ports: dict[str, int] = {}
         self._servers: dict[str, Any] = {}
         self._executor: ThreadPoolExecutor | None = None
@@ -409,7 +449,11 @@ class GnmiFabric:
     def _serve(self, switch: str, port: int) -> None:
         server = grpc.server(self._executor, options=[("grpc.so_reuseport", 0)])
         target = EmulatedTarget(
-            self.emu, switch, credentials=self.credentials, as_numbers=switch in self.numbers_from
+            self.emu,
+            switch,
+            credentials=self.credentials,
+            as_numbers=switch in self.numbers_from,
+            lldp_stream=self.lldp_stream,
         )
         gnmi_pb2_grpc.add_gNMIServicer_to_server(target, server)
         address = f"127.0.0.1:{port}"
