@@ -1,10 +1,14 @@
-"""The gNMI driver: one session per switch, Capabilities first, JSON_IETF always.
+"""The gNMI driver: one session per switch, Capabilities first, JSON_IETF where offered.
 
 Why this shape: a :class:`GnmiSession` is gnmic's ``Target``, one gRPC channel to one switch
 with its own credentials, TLS and deadlines. :meth:`GnmiSession.observe` asks for interfaces,
 LLDP neighbors and the hostname (one Get per subtree, so a target without ``/qos`` still
-answers the rest) and :meth:`GnmiSession.watch` keeps one Subscribe stream open: ON_CHANGE for
-oper-status (a link going down arrives in milliseconds) and SAMPLE for counters and ECN marks.
+answers the rest) and :meth:`GnmiSession.watch` keeps Subscribe streams open: ON_CHANGE for
+oper-status (a link going down arrives in milliseconds) and SAMPLE for counters and ECN marks,
+and, where the target offers it, ON_CHANGE on the LLDP neighbour tables (a recabling is re-read
+at once). Request conventions of real switch OSes are options of the targets file: a prefix
+target (SONiC), a path origin (NX-OS), JSON where JSON_IETF is not offered; ``/system`` and
+``/qos`` are optional, ``/lldp`` missing is a named problem (see docs/discovery.md).
 
 It is built on pygnmi's generated gNMI stub, messages and path codec, not on its
 ``gNMIclient``, because a controller needs what that class does not give: a deadline on every
