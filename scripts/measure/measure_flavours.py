@@ -9,6 +9,7 @@ in a child process (their own GIL), the driver here.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -110,6 +111,7 @@ def measure(gpus: int, flavour: str, failures: int) -> str:
         if child.poll() is None:
             child.kill()
             child.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
     xs = sorted(latencies)
     p95 = xs[int(0.95 * (len(xs) - 1))]
     return (
