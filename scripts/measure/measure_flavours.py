@@ -63,7 +63,9 @@ def measure(gpus: int, flavour: str, failures: int) -> str:
     work = Path(tempfile.mkdtemp(prefix="c4p-measure-flavours-"))
     targets_path = work / "targets.json"
     cmd = [sys.executable, __file__, "--gpus", str(gpus), "--serve", flavour, str(targets_path)]
-    child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    child = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
     try:
         assert child.stdout is not None and child.stdin is not None
         assert child.stdout.readline().strip() == "ready"
