@@ -34,7 +34,17 @@ def rpc_error(config: TargetConfig, method: str, exc: Any, timeout: float) -> Ex
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
         return TargetAuthError(f"{method} refused: {details}", target=name)
     if code is grpc.StatusCode.UNIMPLEMENTED:
-        return CapabilityError(f"{method} is not implemented: {details}", target=name)
+        return CapabilityError(
+            f"{method} is not implemented: {details} (a switch OS may need gnmi.prefix_target, "
+            "origin or encoding: see docs/discovery.md)",
+            target=name,
+        )
+    if code is grpc.StatusCode.INVALID_ARGUMENT:  # our request, not the target's state: final
+        return CapabilityError(
+            f"{method} refused as invalid: {details} (check gnmi.prefix_target, origin and "
+            "encoding for this switch OS)",
+            target=name,
+        )
     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
         return TargetUnreachable(f"no answer to {method} within {timeout:g} s", target=name)
     tls = config.gnmi.tls

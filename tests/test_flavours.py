@@ -22,9 +22,11 @@ from c4p.cli.discover import discover_app
 from c4p.files import save_fabric
 from c4p.testing.flavours import SWITCH_OS_FLAVOURS, mixed
 from c4p.testing.oc_payloads import with_switch_addresses
+from southbound.driver_errors import CapabilityError
 from southbound.events import TargetHealth
 from southbound.fleet import Fleet
-from southbound.targets import TargetsFile
+from southbound.gnmi import GnmiSession
+from southbound.targets import TargetConfig, TargetsFile
 from topology.compare import compare_fabrics
 from topology.model import Fabric
 
@@ -109,7 +111,7 @@ def test_nxos_needs_origin_and_is_read_in_json() -> None:
         )
         forced.discover(attempts=1)
     for status in bare.status().values():
-        assert status.health is not TargetHealth.LIVE
+        assert status.health is TargetHealth.FAILED  # retrying the same request cannot help
         assert "origin" in status.last_error
     for status in forced.status().values():
         assert status.health is TargetHealth.FAILED
@@ -143,3 +145,19 @@ def test_cli_emulate_then_discover(tmp_path: Path) -> None:
     finally:
         serving.terminate()
         serving.wait(10)
+
+
+def test_no_json_encoding_is_said_clearly() -> None:
+    config = _declared_targets_entry()
+    session = GnmiSession(config)
+    with pytest.raises(CapabilityError, match=r"offers no JSON encoding .*PROTO, ASCII"):
+        session._choose_encoding(("PROTO", "ASCII"))
+    assert session._choose_encoding(("JSON", "PROTO")) == "JSON"
+    assert session._choose_encoding(("JSON_IETF", "JSON")) == "JSON_IETF"
+    assert session._choose_encoding(()) == "JSON_IETF"  # lists none: ask in the standard one
+
+
+def _declared_targets_entry() -> TargetConfig:
+    return TargetConfig.model_validate(
+        {"name": "sw", "address": "127.0.0.1", "gnmi": {"tls": {"mode": "insecure"}}}
+    )
