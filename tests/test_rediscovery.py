@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from fixtures_fabric_emulator import FAST, serve_gnmi, small_fabric
 from prometheus_client import CollectorRegistry
-from test_serve_discovery import config_with
+from service_cases import clients, wait_until
+from test_serve_discovery import FABRIC, config_with
 
 from c4p.controller.triggers import Key, KeyKind
-from c4p.files import save_model
+from c4p.files import save_fabric, save_model
 from c4p.service.embedded import EmbeddedService
 from c4p.service.fabric_watch import FabricWatch
 from southbound.events import LinkEvent, TargetEvent, TargetHealth
@@ -167,3 +168,36 @@ def test_lldp_on_change_rereads_a_recabled_switch(offered: bool) -> None:
                 ):
                     time.sleep(0.1)
                 assert any(isinstance(e, LinkEvent) and e.link_id == uplinks[0].id for e in seen)
+
+
+def test_a_recabling_reaches_the_decision_log_of_a_running_service(tmp_path: Path) -> None:
+    """End to end: ``c4p serve`` on emulated targets, a cable pair swapped; the wiring change
+    is re-planned and recorded in the decision log, read over the admin API."""
+    declared = FABRIC
+    uplinks = [link for link in declared.links if link.a.startswith("leaf-00")][:2]
+    hints = tmp_path / "declared.json"
+    save_fabric(declared, hints)
+    with serve_gnmi(declared) as (emu, servers):
+        targets = tmp_path / "targets.yaml"
+        save_model(servers.targets_file(sample_interval_s=0.2, timeouts=FAST), targets)
+        fabric = {
+            "source": "gnmi",
+            "targets": str(targets),
+            "declared": str(hints),
+            "rediscover_s": 0.2,
+        }
+        service = EmbeddedService(config_with(tmp_path, fabric))
+        service.start()
+        try:
+            runtime = service.runtime
+            assert runtime is not None and runtime.fleet is not None
+            assert runtime.fleet.wait_streaming(30)
+            _recable(emu, [(uplinks[0].a, uplinks[0].b), (uplinks[1].a, uplinks[1].b)])
+            with clients(service.address) as (_, admin):
+                assert wait_until(
+                    lambda: any("wiring" in d.reason for d in admin.decisions(10)), 30
+                ), [d.reason for d in admin.decisions(10)]
+                reason = next(d.reason for d in admin.decisions(10) if "wiring" in d.reason)
+            assert "2 link(s) gone" in reason
+        finally:
+            service.stop()
