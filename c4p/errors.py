@@ -19,7 +19,8 @@ Hierarchy (each layer defines its own; this module re-exports them)::
     SouthboundError (southbound.driver_errors)   talking to switches
     ├── TargetConfigError              a targets file or credential that cannot be used
     ├── TargetUnreachable              no answer, refused, timed out (retryable)
-    │   └── TargetAuthError            credentials refused (terminal)
+    │   ├── TargetAuthError            credentials refused (terminal)
+    │   └── TargetTlsError             certificate refused / TLS-plaintext mismatch (terminal)
     ├── CapabilityError                no JSON_IETF or a missing model (terminal)
     └── MalformedAnswer                an answer that is not the model: target and path
 
@@ -36,6 +37,7 @@ from southbound.driver_errors import (
     SouthboundError,
     TargetAuthError,
     TargetConfigError,
+    TargetTlsError,
     TargetUnreachable,
 )
 from topology.errors import (
@@ -67,6 +69,7 @@ __all__ = [
     "SouthboundError",
     "TargetAuthError",
     "TargetConfigError",
+    "TargetTlsError",
     "TargetUnreachable",
     "TopologyError",
     "UnknownNameError",

@@ -17,7 +17,17 @@ from southbound.observed import Problem, SwitchObservation
 from southbound.targets import TargetConfig
 from topology.generators.common import AddressPlan, gid_of
 from topology.index import PortInfo, natural_key
-from topology.model import Fabric, HashProfile, Host, Nic, NicPort, Switch, SwitchRole, split_end
+from topology.model import (
+    Fabric,
+    HashProfile,
+    Host,
+    Nic,
+    NicPort,
+    Switch,
+    SwitchAddress,
+    SwitchRole,
+    split_end,
+)
 
 
 @dataclass
@@ -69,10 +79,8 @@ def assign_roles(
     return roles, dict(sources)
 
 
-def infer_planes(
-    switches: set[str], observations: Mapping[str, SwitchObservation]
-) -> dict[str, int]:
-    """Connected groups of switches (by switch-switch LLDP), numbered in name order."""
+def infer_planes(switches: set[str], links: Iterable[tuple[str, str]]) -> dict[str, int]:
+    """Connected groups of switches (by switch-switch links), numbered in name order."""
     parent = {s: s for s in switches}
 
     def find(s: str) -> str:
@@ -81,10 +89,10 @@ def infer_planes(
             s = parent[s]
         return s
 
-    for t, obs in observations.items():
-        for n in obs.neighbors:
-            if n.system_name in switches:
-                parent[find(t)] = find(n.system_name)
+    for a, b in links:
+        da, db = split_end(a)[0], split_end(b)[0]
+        if da in switches and db in switches:
+            parent[find(da)] = find(db)
     groups: dict[str, list[str]] = defaultdict(list)
     for s in switches:
         groups[find(s)].append(s)
@@ -98,11 +106,17 @@ def assign_switches(
     targets: Mapping[str, TargetConfig],
     declared: Fabric | None,
     observations: Mapping[str, SwitchObservation],
+    links: Iterable[tuple[str, str]] = (),
+    hosts: Iterable[Host] = (),
+    problems: list[Problem] | None = None,
 ) -> tuple[Switch, ...]:
-    """The switches with plane, pod and management address (hint, declared, inferred), in
-    declared order, then by tier, plane and name."""
+    """The switches with plane, pod, management address (hint, declared, inferred) and
+    loopback/interface addresses (observed, else declared), in declared order, then by tier,
+    plane and name. An observed address another switch or a NIC port already has is left out
+    with a problem (anycast and unnumbered addresses are real; the fabric refuses clashes)."""
     declared_by = {s.name: (i, s) for i, s in enumerate(declared.switches)} if declared else {}
-    planes = infer_planes(switches, observations)
+    planes = infer_planes(switches, links)
+    used: set[object] = {p.address for h in hosts for n in h.nics for p in n.ports}
     addresses = [t.address for t in targets.values()]
     out: list[tuple[tuple[object, ...], Switch]] = []
     for s in switches:
@@ -128,18 +142,55 @@ def assign_switches(
             else (old.plane if old else planes.get(s, 0))
         )
         pod = hint.pod if hint and hint.pod is not None else (old.pod if old else None)
+        if mgmt is not None:
+            used.add(mgmt)
+        owned = _owned_addresses(s, observations.get(s), old, used, problems)
         switch = Switch(
             name=s,
             role=roles[s],
             plane=plane,
             pod=pod,
             mgmt_address=mgmt,
+            addresses=owned,
             hash=old.hash if old else HashProfile(),
         )
         key = (0, order) if order is not None else (1, roles[s].tier, plane, natural_key(s))
         out.append((key, switch))
     out.sort(key=lambda item: item[0])
     return tuple(s for _, s in out)
+
+
+def _owned_addresses(
+    switch: str,
+    obs: SwitchObservation | None,
+    old: Switch | None,
+    used: set[object],
+    problems: list[Problem] | None,
+) -> tuple[SwitchAddress, ...]:
+    if obs is None:
+        found = list(old.addresses) if old is not None else []
+    else:
+        found = [
+            SwitchAddress(address=a, interface=i.name) for i in obs.interfaces for a in i.addresses
+        ]
+        found.sort(key=lambda e: not str(e.interface).lower().startswith("lo"))  # loopback first
+        if old is not None and {e.address for e in old.addresses} == {e.address for e in found}:
+            found = list(old.addresses)  # the declared file's spelling and order win
+    out: list[SwitchAddress] = []
+    for entry in found:
+        if entry.address in used:
+            if problems is not None:
+                problems.append(
+                    Problem(
+                        target=switch,
+                        path=f"/interfaces/interface[name={entry.interface}]/subinterfaces",
+                        reason=f"address {entry.address} is also another device's; left out",
+                    )
+                )
+            continue
+        used.add(entry.address)
+        out.append(entry)
+    return tuple(out)
 
 
 def assign_hosts(

@@ -36,6 +36,7 @@ from pydantic import ConfigDict, Field
 
 from southbound.attributes import HostPort, assign_hosts, assign_roles, assign_switches
 from southbound.driver_errors import SouthboundError
+from southbound.identity import Identities, host_port, short_name
 from southbound.observed import (
     InterfaceState,
     NeighborKind,
@@ -58,7 +59,6 @@ from topology.model import (
 
 _NAME = re.compile(NAME_PATTERN)
 _IFACE = re.compile(INTERFACE_PATTERN)
-_NIC_OF_PORT = re.compile(r"^(?P<nic>.+?)p\d+$")
 
 
 class DiscoveryResult(Observed):
@@ -75,6 +75,12 @@ class DiscoveryResult(Observed):
     )
     stale_targets: tuple[str, ...] = ()
     unreached_targets: tuple[str, ...] = ()
+    findings: tuple[Problem, ...] = Field(
+        default=(),
+        description="Problems that make this fabric untrustworthy (also in problems): a "
+        "target that answered with no interfaces or no neighbors, two target entries for one "
+        "switch, one switch under two names, a link seen from one end only.",
+    )
 
 
 @dataclass
@@ -97,14 +103,6 @@ class _Draft:
         return True
 
 
-def nic_name_of(port_id: str, description: str) -> str:
-    """The NIC a host port belongs to: its LLDP port-description, else ``nic3p0`` -> ``nic3``."""
-    if description and _NAME.match(description):
-        return description
-    match = _NIC_OF_PORT.match(port_id)
-    return match.group("nic") if match else port_id
-
-
 def build_fabric(
     observations: Mapping[str, SwitchObservation],
     *,
@@ -118,28 +116,34 @@ def build_fabric(
     """Build the fabric the observations describe (see the module docstring for the rules)."""
     targets = targets or {}
     problems: list[Problem] = [p for obs in observations.values() for p in obs.problems]
-    # A target that did not answer still exists if its neighbors see it (fail-static).
-    switches = set(observations) | {
-        n.system_name
-        for obs in observations.values()
-        for n in obs.neighbors
-        if n.system_name in targets
-    }
+    # A target that did not answer still exists if its neighbors see it (fail-static):
+    # added below as its neighbors are matched to it.
+    switches = set(observations)
 
     def note(target: str, path: str, reason: str) -> None:
         problems.append(Problem(target=target, path=path, reason=reason))
 
+    ids = Identities(observations, targets)
+    findings: list[Problem] = []
+
+    def alarm(target: str, path: str, reason: str) -> None:
+        findings.append(Problem(target=target, path=path, reason=reason))
+
+    for first, second, evidence in ids.duplicates(observations, targets):
+        alarm(second, "targets", f"is the same switch as target {first} ({evidence})")
     for t, obs in sorted(observations.items()):
-        if obs.hostname and obs.hostname != t:
-            note(
+        if obs.hostname and obs.hostname != t and short_name(obs.hostname) != t:
+            alarm(
                 t,
                 "/system/state/hostname",
-                f"reports hostname {obs.hostname!r}; the targets file calls it {t!r}",
+                f"reports hostname {obs.hostname!r}; the targets file calls it {t!r} "
+                "(one switch under two names)",
             )
     oper = {(t, i.name): i for t, obs in observations.items() for i in obs.interfaces}
     draft = _Draft()
     host_ports: dict[str, HostPort] = {}
     seen_by: dict[str, str] = {}  # switch end -> the end its LLDP names
+    renamed: set[tuple[str, str]] = set()
     for t, obs in sorted(observations.items()):
         for n in obs.neighbors:
             where = f"/lldp/interfaces/interface[name={n.local_interface}]"
@@ -147,18 +151,26 @@ def build_fabric(
             if not _IFACE.match(n.local_interface):
                 note(t, where, f"interface name {n.local_interface!r} cannot be a link end")
                 continue
-            if n.system_name in switches or n.kind is NeighborKind.SWITCH:
-                if n.system_name not in switches:
-                    note(
-                        t,
+            match = ids.switch(n)
+            if match is not None and match.switch not in switches:
+                switches.add(match.switch)
+            if match is None and n.kind is NeighborKind.SWITCH:
+                note(t, where, f"neighbor switch {n.system_name!r} is not a target; link left out")
+                continue
+            if match is not None:
+                if not match.by_name and (match.switch, n.system_name) not in renamed:
+                    renamed.add((match.switch, n.system_name))
+                    alarm(
+                        match.switch,
                         where,
-                        f"neighbor switch {n.system_name!r} is not a target; link left out",
+                        f"LLDP on {local} calls it {n.system_name!r} (matched by {match.how}); "
+                        f"the targets file calls it {match.switch!r} (one switch under two names)",
                     )
+                port, why = ids.port(match.switch, n)
+                if port is None:
+                    note(t, where, why)
                     continue
-                peer = f"{n.system_name}:{n.port_id}"
-                if not _IFACE.match(n.port_id):
-                    note(t, where, f"neighbor port-id {n.port_id!r} cannot be a link end")
-                    continue
+                peer = f"{match.switch}:{port}"
                 seen_by[local] = peer
                 if not draft.add(local, peer):
                     note(
@@ -167,14 +179,16 @@ def build_fabric(
                         f"{local} -> {peer} conflicts with another link on one of its ends",
                     )
                 continue
-            if not _NAME.match(n.system_name) or not _NAME.match(n.port_id):
+            named = host_port(n)
+            if named is None or not _NAME.match(n.system_name):
                 note(
                     t,
                     where,
                     f"host neighbor {n.system_name!r} port {n.port_id!r}: not a valid NIC port",
                 )
                 continue
-            end = f"{n.system_name}:{n.port_id}"
+            port_name, nic_name = named
+            end = f"{n.system_name}:{port_name}"
             if end in host_ports:
                 note(
                     t,
@@ -185,21 +199,33 @@ def build_fabric(
             if not draft.add(end, local):
                 note(t, where, f"{end} -> {local} conflicts with another link")
                 continue
-            host_ports[end] = HostPort(
-                n.system_name,
-                n.port_id,
-                nic_name_of(n.port_id, n.port_description),
-                n.mgmt_address,
-                local,
-            )
+            host_ports[end] = HostPort(n.system_name, port_name, nic_name, n.mgmt_address, local)
+    fresh = set(observations) - set(stale)
     for local, peer in sorted(seen_by.items()):
         back = seen_by.get(peer)
+        device, _ = split_end(local)
+        peer_device, peer_port = split_end(peer)
         if back is not None and back != local:
-            device, _ = split_end(local)
-            note(device, local, f"asymmetric LLDP: sees {peer}, but {peer} sees {back}")
+            alarm(device, local, f"asymmetric LLDP: sees {peer}, but {peer} sees {back}")
+        elif back is None and peer_device in fresh:
+            state = oper.get((peer_device, peer_port))
+            if state is not None and state.up:
+                alarm(
+                    device,
+                    local,
+                    f"link seen from one end only: {local} sees {peer}, but {peer_device} "
+                    f"reports no LLDP neighbor on {peer_port}",
+                )
+    for t in sorted(fresh):
+        obs = observations[t]
+        if not obs.interfaces:
+            alarm(t, "/interfaces", "answered with no interfaces")
+        elif not obs.neighbors:
+            alarm(t, "/lldp", "answered with no LLDP neighbors")
 
     _keep_unseen(draft, oper, previous, declared, host_ports, switches)
-    return _assemble(
+    problems.extend(findings)
+    result = _assemble(
         switches,
         draft,
         oper,
@@ -213,6 +239,7 @@ def build_fabric(
         name,
         stale,
     )
+    return result.model_copy(update={"findings": tuple(findings)})
 
 
 def _keep_unseen(
@@ -323,7 +350,9 @@ def _assemble(
         links.append((sort_key, link))
     links.sort(key=lambda item: item[0])
     hosts, address_sources = assign_hosts(host_ports, declared, previous, address_plan, problems)
-    fabric_switches = assign_switches(switches, roles, targets, declared, observations)
+    fabric_switches = assign_switches(
+        switches, roles, targets, declared, observations, draft.links.values(), hosts, problems
+    )
     try:
         fabric = Fabric(
             name=name or (declared.name if declared else "discovered"),

@@ -9,7 +9,9 @@ Hierarchy::
     SouthboundError                 anything that went wrong talking to a switch
     ├── TargetConfigError           a targets file or credential that cannot be used (terminal)
     ├── TargetUnreachable           no answer, refused, timed out, stream broken (retryable)
-    │   └── TargetAuthError         the target refused our credentials (terminal)
+    │   ├── TargetAuthError         the target refused our credentials (terminal)
+    │   └── TargetTlsError          TLS could not be agreed: certificate refused, or one side
+    │                               speaks TLS and the other plaintext (terminal)
     ├── CapabilityError             the target lacks JSON_IETF or a model we need (terminal)
     └── MalformedAnswer             the target answered, but not with the model; names the
                                     target and the path (retryable: the next answer may be fine)
@@ -47,6 +49,14 @@ class TargetAuthError(TargetUnreachable):
     retryable = False
 
 
+class TargetTlsError(TargetUnreachable):
+    """TLS failed for a reason retrying cannot fix: the target's certificate was refused, or
+    a plaintext client met a TLS server (or the reverse). Failed, with the reason, never
+    retried as merely stale."""
+
+    retryable = False
+
+
 class CapabilityError(SouthboundError):
     """The target does not offer what c4p needs (JSON_IETF encoding, OpenConfig models)."""
 
@@ -68,5 +78,6 @@ __all__ = [
     "SouthboundError",
     "TargetAuthError",
     "TargetConfigError",
+    "TargetTlsError",
     "TargetUnreachable",
 ]

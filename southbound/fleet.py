@@ -33,6 +33,7 @@ from southbound.drivers import Driver, Session, driver_factory
 from southbound.events import EventSink, LinkLoad, TargetEvent, TargetHealth, TopologyEvent
 from southbound.observed import (
     CounterSample,
+    LldpChanged,
     Observed,
     OperChange,
     Problem,
@@ -47,6 +48,8 @@ from topology.model import Fabric
 
 PROBLEM_REPEAT_S = 60.0
 REBUILD_EVERY_S = 0.5
+LLDP_SETTLE_S = 0.2
+"""After an LLDP ON_CHANGE update, wait this long for the rest of the change, then re-read."""
 """Wiring changes are folded into the snapshot at most this often, off the event path."""
 """The same problem from the same target is reported at most once per this many seconds."""
 
@@ -113,6 +116,7 @@ class Fleet:
         )
         self._rebuilding = False
         self._last_rebuild = 0.0
+        self._last_update: dict[str, float] = {}
         self._reported: dict[tuple[str, str, str], float] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -314,6 +318,7 @@ class Fleet:
         return changed
 
     def _observed(self, name: str, obs: SwitchObservation, *, refresh: bool = False) -> None:
+        self._last_update[name] = self._wall()
         events: list[TopologyEvent] = list(
             self._tracker.observe(name, obs, stream_owns_status=refresh)
         )
@@ -345,8 +350,13 @@ class Fleet:
             self._emit(TargetEvent(target=name, health=health, at=self._wall(), reason=str(exc)))
 
     def _on_update(self, name: str, update: WatchUpdate) -> None:
+        self._last_update[name] = self._wall()  # one dict store: cheap on the hot path
         if isinstance(update, Problem):
             self._report([update])
+        elif isinstance(update, LldpChanged):
+            with self._lock:  # re-read this target's wiring soon (a burst costs one read)
+                due = time.monotonic() + LLDP_SETTLE_S
+                self._refresh_due[name] = min(self._refresh_due.get(name, due), due)
         elif isinstance(update, StreamSynced):
             with self._lock:
                 self._status[name] = self._status[name].model_copy(update={"streaming": True})
@@ -405,6 +415,10 @@ class Fleet:
         for event in events:
             self._emit(event)
         return result
+
+    def last_updates(self) -> dict[str, float]:
+        """When each target last sent anything (an answer or a streamed update), wall time."""
+        return dict(self._last_update)
 
     def status(self) -> dict[str, TargetStatus]:
         with self._lock:

@@ -1,10 +1,14 @@
-"""The gNMI driver: one session per switch, Capabilities first, JSON_IETF always.
+"""The gNMI driver: one session per switch, Capabilities first, JSON_IETF where offered.
 
 Why this shape: a :class:`GnmiSession` is gnmic's ``Target``, one gRPC channel to one switch
 with its own credentials, TLS and deadlines. :meth:`GnmiSession.observe` asks for interfaces,
 LLDP neighbors and the hostname (one Get per subtree, so a target without ``/qos`` still
-answers the rest) and :meth:`GnmiSession.watch` keeps one Subscribe stream open: ON_CHANGE for
-oper-status (a link going down arrives in milliseconds) and SAMPLE for counters and ECN marks.
+answers the rest) and :meth:`GnmiSession.watch` keeps Subscribe streams open: ON_CHANGE for
+oper-status (a link going down arrives in milliseconds) and SAMPLE for counters and ECN marks,
+and, where the target offers it, ON_CHANGE on the LLDP neighbour tables (a recabling is re-read
+at once). Request conventions of real switch OSes are options of the targets file: a prefix
+target (SONiC), a path origin (NX-OS), JSON where JSON_IETF is not offered; ``/system`` and
+``/qos`` are optional, ``/lldp`` missing is a named problem (see docs/discovery.md).
 
 It is built on pygnmi's generated gNMI stub, messages and path codec, not on its
 ``gNMIclient``, because a controller needs what that class does not give: a deadline on every
@@ -31,13 +35,17 @@ from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
 from southbound.driver_errors import (
     CapabilityError,
+    SouthboundError,
     TargetAuthError,
     TargetConfigError,
+    TargetTlsError,
     TargetUnreachable,
 )
+from southbound.gnmi_errors import rpc_error
 from southbound.observed import (
     CounterSample,
     InterfaceCounters,
+    LldpChanged,
     Observed,
     OperChange,
     Problem,
@@ -46,24 +54,25 @@ from southbound.observed import (
     SwitchObservation,
     WatchUpdate,
 )
+from southbound.oc_tree import OcTree, PathElem, TreeError, path_text
 from southbound.openconfig import (
-    OcTree,
-    PathElem,
-    TreeError,
     ecn_marks_of,
     hostname_of,
     interfaces_of,
+    lldp_chassis_of,
     neighbors_of,
-    path_text,
     streamed_leaves,
 )
 from southbound.targets import TargetConfig, TlsConfig, TlsMode
 
-GET_PATHS = ("/interfaces", "/lldp/interfaces", "/system/state")
+INTERFACES_PATH = "/interfaces"
+LLDP_PATH = "/lldp"
+SYSTEM_PATH = "/system/state"
 QOS_PATH = "/qos/interfaces"
 OPER_STATUS_PATH = "/interfaces/interface/state/oper-status"
 COUNTERS_PATH = "/interfaces/interface/state/counters"
 ECN_PATH = "/qos/interfaces/interface/output/queues/queue/state/ecn-marked-pkts"
+LLDP_NEIGHBORS_PATH = "/lldp/interfaces/interface/neighbors"
 EXPECTED_MODELS = ("openconfig-interfaces", "openconfig-lldp")
 
 
@@ -130,6 +139,7 @@ class GnmiSession:
         self._stub: Any = None
         self._metadata: tuple[tuple[str, str], ...] = ()
         self.capabilities: Capabilities | None = None
+        self.encoding = "JSON_IETF"
         self._calls: list[Any] = []
         self._lock = threading.Lock()
         self._release = threading.Event()  # ends our half of a Subscribe stream
@@ -167,13 +177,32 @@ class GnmiSession:
             models=tuple(m.name for m in reply.supported_models),
             version=reply.gNMI_version,
         )
-        if "JSON_IETF" not in encodings:
-            raise CapabilityError(
-                f"does not offer JSON_IETF encoding (offers {', '.join(encodings) or 'none'})",
-                target=self.name,
-            )
+        self.encoding = self._choose_encoding(encodings)
         self.capabilities = caps
         return caps
+
+    def _choose_encoding(self, offered: tuple[str, ...]) -> str:
+        """JSON_IETF where offered, else JSON (NX-OS and older Junos releases list JSON and
+        PROTO only), unless the targets file forces one; a target offering neither is refused
+        with what it does offer. A target that lists no encodings at all (allowed by older gNMI
+        servers) is asked in JSON_IETF, the encoding every OpenConfig target must serve."""
+        wanted = self.config.gnmi.encoding
+        usable = [e for e in ("JSON_IETF", "JSON") if not offered or e in offered]
+        if wanted != "auto":
+            choice = wanted.upper()
+            if offered and choice not in offered:
+                raise CapabilityError(
+                    f"gnmi.encoding {wanted} is not offered (offers {', '.join(offered)})",
+                    target=self.name,
+                )
+            return choice
+        if not usable:
+            raise CapabilityError(
+                f"offers no JSON encoding c4p can read (offers {', '.join(offered)}; c4p reads "
+                "JSON_IETF or JSON)",
+                target=self.name,
+            )
+        return usable[0]
 
     def _unary(self, method: str, request: Any, timeout: float) -> Any:
         try:
@@ -184,18 +213,7 @@ class GnmiSession:
             raise self._error(method, exc, timeout) from None
 
     def _error(self, method: str, exc: Any, timeout: float) -> Exception:
-        code = exc.code() if hasattr(exc, "code") else None
-        details = exc.details() if hasattr(exc, "details") else str(exc)
-        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-            return TargetAuthError(f"{method} refused: {details}", target=self.name)
-        if code is grpc.StatusCode.UNIMPLEMENTED:
-            return CapabilityError(f"{method} is not implemented: {details}", target=self.name)
-        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-            return TargetUnreachable(
-                f"no answer to {method} within {timeout:g} s", target=self.name
-            )
-        name = code.name if code is not None else "error"
-        return TargetUnreachable(f"{method} failed ({name}): {details}", target=self.name)
+        return rpc_error(self.config, method, exc, timeout)
 
     def close(self) -> None:
         self.cancel()
@@ -214,11 +232,23 @@ class GnmiSession:
 
     # -- one round of questions -------------------------------------------------------------
 
+    def _prefix(self) -> Any:
+        """The request prefix: empty, or the target name a platform routes by (SONiC)."""
+        name = self.config.gnmi.prefix_target
+        return gnmi_pb2.Path(target=name) if name else None
+
+    def _path(self, text: str) -> Any:
+        path = gnmi_path_generator(text)
+        if self.config.gnmi.origin:
+            path.origin = self.config.gnmi.origin
+        return path
+
     def get(self, path: str) -> tuple[list[tuple[list[PathElem], Any]], list[Problem]]:
         """Get one subtree as ``[(path elems, JSON value)]``; undecodable values are problems."""
         request = gnmi_pb2.GetRequest(
-            path=[gnmi_path_generator(path)],
-            encoding=gnmi_pb2.Encoding.Value("JSON_IETF"),
+            prefix=self._prefix(),
+            path=[self._path(path)],
+            encoding=gnmi_pb2.Encoding.Value(self.encoding),
             type=gnmi_pb2.GetRequest.DataType.Value("ALL"),
         )
         reply = self._unary("Get", request, self.config.timeouts.rpc_s)
@@ -236,28 +266,54 @@ class GnmiSession:
                     )
         return values, problems
 
+    def _get_into(
+        self, tree: OcTree, path: str, problems: list[Problem], *, required: bool
+    ) -> bool:
+        """Get ``path`` into ``tree``; an optional subtree the target does not serve is skipped
+        (``/system`` may be absent), a required one raises, anything else a target sends back
+        is a problem of that subtree. Returns whether the subtree was answered."""
+        try:
+            values, bad = self.get(path)
+        except (TargetAuthError, TargetTlsError):
+            raise
+        except SouthboundError as exc:
+            if required:
+                raise
+            if path == LLDP_PATH:
+                problems.append(Problem(target=self.name, path=path, reason=f"no LLDP tree: {exc}"))
+            return False
+        problems.extend(bad)
+        for elems, value in values:
+            try:
+                tree.add(elems, value)
+            except TreeError as exc:
+                problems.append(Problem(target=self.name, path=path_text(elems), reason=str(exc)))
+        return bool(values)
+
     def observe(self) -> SwitchObservation:
-        """Interfaces, LLDP neighbors, hostname and (if offered) ECN marks, as one observation."""
+        """Interfaces, LLDP, hostname and (if offered) ECN marks, as one observation.
+
+        ``/interfaces`` must answer; ``/lldp`` missing is a named problem (the fabric cannot
+        be built without it, but interfaces still tell the controller about link state);
+        ``/system/state`` and ``/qos`` are optional."""
         if self.capabilities is None:
             self.open()
         assert self.capabilities is not None
-        paths = list(GET_PATHS) + ([QOS_PATH] if self.capabilities.has_qos else [])
         tree = OcTree()
         problems = [
             Problem(target=self.name, path="capabilities", reason=f"model {m} is not listed")
             for m in EXPECTED_MODELS
-            if m not in self.capabilities.models
+            if self.capabilities.models and m not in self.capabilities.models
         ]
-        for path in paths:
-            values, bad = self.get(path)
-            problems.extend(bad)
-            for elems, value in values:
-                try:
-                    tree.add(elems, value)
-                except TreeError as exc:
-                    problems.append(
-                        Problem(target=self.name, path=path_text(elems), reason=str(exc))
-                    )
+        self._get_into(tree, INTERFACES_PATH, problems, required=True)
+        if self._get_into(tree, LLDP_PATH, problems, required=False) and tree.get("lldp") in (
+            None,
+            {},
+        ):
+            problems.append(Problem(target=self.name, path=LLDP_PATH, reason="no LLDP tree"))
+        self._get_into(tree, SYSTEM_PATH, problems, required=False)
+        if self.capabilities.has_qos:
+            self._get_into(tree, QOS_PATH, problems, required=False)
         states, counters, bad_ifaces = interfaces_of(tree, self.name)
         neighbors, bad_lldp = neighbors_of(tree, self.name)
         marks, bad_ecn = ecn_marks_of(tree, self.name)
@@ -269,6 +325,7 @@ class GnmiSession:
             protocol=Protocol.GNMI,
             at=self._wall(),
             hostname=hostname_of(tree),
+            chassis_id=lldp_chassis_of(tree),
             interfaces=tuple(states),
             neighbors=tuple(neighbors),
             counters=counters,
@@ -284,7 +341,7 @@ class GnmiSession:
         opts = self.config.gnmi
         interval = int(opts.sample_interval_s * 1e9)
         status = gnmi_pb2.Subscription(
-            path=gnmi_path_generator(OPER_STATUS_PATH),
+            path=self._path(OPER_STATUS_PATH),
             mode=gnmi_pb2.SubscriptionMode.Value("ON_CHANGE"),
             # Without counters the status stream doubles as the liveness heartbeat.
             heartbeat_interval=0 if opts.counters else interval,
@@ -297,17 +354,16 @@ class GnmiSession:
             sample = gnmi_pb2.SubscriptionMode.Value("SAMPLE")
             groups.append(
                 [
-                    gnmi_pb2.Subscription(
-                        path=gnmi_path_generator(p), mode=sample, sample_interval=interval
-                    )
+                    gnmi_pb2.Subscription(path=self._path(p), mode=sample, sample_interval=interval)
                     for p in paths
                 ]
             )
         return [
             gnmi_pb2.SubscribeRequest(
                 subscribe=gnmi_pb2.SubscriptionList(
+                    prefix=self._prefix(),
                     mode=gnmi_pb2.SubscriptionList.Mode.Value("STREAM"),
-                    encoding=gnmi_pb2.Encoding.Value("JSON_IETF"),
+                    encoding=gnmi_pb2.Encoding.Value(self.encoding),
                     subscription=subs,
                 )
             )
@@ -331,8 +387,12 @@ class GnmiSession:
             self._stub.Subscribe(self._requests(r), metadata=self._metadata)
             for r in self.subscriptions()
         ]
+        lldp = self.lldp_subscription()
+        optional = (
+            [self._stub.Subscribe(self._requests(lldp), metadata=self._metadata)] if lldp else []
+        )
         with self._lock:
-            self._calls = calls
+            self._calls = calls + optional
         if self._cancelled.is_set():  # cancel() ran before the calls were registered
             for call in calls:
                 call.cancel()
@@ -346,6 +406,14 @@ class GnmiSession:
                 daemon=True,
             )
             for call in calls[1:]
+        ] + [
+            threading.Thread(
+                target=self._pump_lldp,
+                args=(call, on_update),
+                name=f"c4p-gnmi-lldp-{self.name}",
+                daemon=True,
+            )
+            for call in optional
         ]
         for helper in helpers:
             helper.start()
@@ -353,7 +421,7 @@ class GnmiSession:
             self._pump(calls[0], on_update, failures, True)
         finally:
             self._release.set()
-            for call in calls:
+            for call in calls + optional:
                 call.cancel()
             for helper in helpers:
                 helper.join(5)
@@ -364,6 +432,55 @@ class GnmiSession:
         if failures:
             raise failures[0]
         raise TargetUnreachable("the target ended the Subscribe stream", target=self.name)
+
+    def lldp_subscription(self) -> Any:
+        """ON_CHANGE on the LLDP neighbour tables, where the target lists openconfig-lldp and
+        the targets file does not turn it off: a recabled port is then re-read at once
+        instead of at the next periodic refresh. ``None`` when not asked for."""
+        caps = self.capabilities
+        if not self.config.gnmi.lldp_on_change or caps is None:
+            return None
+        if caps.models and "openconfig-lldp" not in caps.models:
+            return None
+        return gnmi_pb2.SubscribeRequest(
+            subscribe=gnmi_pb2.SubscriptionList(
+                prefix=self._prefix(),
+                mode=gnmi_pb2.SubscriptionList.Mode.Value("STREAM"),
+                encoding=gnmi_pb2.Encoding.Value(self.encoding),
+                subscription=[
+                    gnmi_pb2.Subscription(
+                        path=self._path(LLDP_NEIGHBORS_PATH),
+                        mode=gnmi_pb2.SubscriptionMode.Value("ON_CHANGE"),
+                    )
+                ],
+            )
+        )
+
+    def _pump_lldp(self, call: Any, on_update: Callable[[WatchUpdate], None]) -> None:
+        """Read the optional LLDP stream: after its initial sync, any update means the
+        wiring may have changed. A target that refuses it costs only this stream (a problem,
+        then the periodic refresh); it never ends the status and sample streams."""
+        synced = False
+        try:
+            for response in call:
+                if response.HasField("sync_response"):
+                    synced = True
+                elif synced and response.HasField("update"):
+                    on_update(LldpChanged(target=self.name, at=self._wall()))
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            if not self._cancelled.is_set() and code is not grpc.StatusCode.CANCELLED:
+                details = exc.details() if hasattr(exc, "details") else str(exc)
+                on_update(
+                    Problem(
+                        target=self.name,
+                        path=f"{LLDP_NEIGHBORS_PATH} (ON_CHANGE)",
+                        reason=f"not offered ({details}); LLDP is re-read on the periodic "
+                        "refresh only",
+                    )
+                )
+        except Exception:  # a consumer's error: the main streams report their own
+            return
 
     def _pump(
         self,

@@ -46,6 +46,14 @@ class InterfaceState(Observed):
     name: str
     oper_status: str = Field(description="OpenConfig spelling: UP, DOWN, LOWER_LAYER_DOWN, ...")
     speed_gbps: float | None = None
+    if_index: int | None = Field(
+        default=None, description="ifIndex (LLDP port-id subtype local on Junos names it)."
+    )
+    description: str = Field(default="", description="Description / alias (SONiC's alias).")
+    mac: str = Field(default="", description="Port MAC, lower case with colons, if reported.")
+    addresses: tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, ...] = Field(
+        default=(), description="IPv4/IPv6 addresses of its subinterfaces (IP-MIB on SNMP)."
+    )
 
     @property
     def up(self) -> bool:
@@ -83,6 +91,11 @@ class LldpNeighbor(Observed):
     port_id: str
     chassis_id: str = ""
     port_description: str = ""
+    port_id_type: str = Field(
+        default="",
+        description="LLDP port-id subtype as OpenConfig spells it: INTERFACE_NAME, LOCAL, "
+        "MAC_ADDRESS, INTERFACE_ALIAS, ... (empty: not reported).",
+    )
     mgmt_address: ipaddress.IPv4Address | None = None
     kind: NeighborKind = Field(
         default=NeighborKind.UNKNOWN,
@@ -108,6 +121,7 @@ class SwitchObservation(Observed):
     protocol: Protocol
     at: float = Field(description="Wall-clock time (seconds) the answers were received.")
     hostname: str | None = None
+    chassis_id: str = Field(default="", description="Its own LLDP chassis-id, if reported.")
     interfaces: tuple[InterfaceState, ...] = ()
     neighbors: tuple[LldpNeighbor, ...] = ()
     counters: dict[str, InterfaceCounters] = Field(default_factory=dict)
@@ -162,5 +176,12 @@ class StreamSynced(Observed):
     at: float
 
 
-WatchUpdate = OperChange | CounterSample | StreamSynced | Problem
+class LldpChanged(Observed):
+    """The target streamed a change of its LLDP neighbour tables (ON_CHANGE): look again."""
+
+    target: str
+    at: float
+
+
+WatchUpdate = OperChange | CounterSample | StreamSynced | LldpChanged | Problem
 """What :meth:`southbound.drivers.Session.watch` hands to its callback."""

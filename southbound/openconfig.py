@@ -5,7 +5,7 @@ holding the whole container, one update per interface, or one per leaf; members 
 module prefixes (``openconfig-interfaces:interface``), identities too
 (``openconfig-if-ethernet:SPEED_400GB``), and 64-bit counters are strings (RFC 7951) or
 numbers (many devices). So every (path, value) pair is first merged into one normalized tree
-(prefixes stripped, keyed lists turned into mappings by their key), and only then validated,
+(:mod:`southbound.oc_tree`: prefixes stripped, keyed lists keyed, wrappers removed), then validated,
 one list entry at a time, with pydantic models. A bad entry becomes a
 :class:`~southbound.observed.Problem` naming the target and the exact path; its neighbors in
 the answer are still used. Models ignore leaves they do not know: devices add many.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -30,32 +29,13 @@ from southbound.observed import (
     OperChange,
     Problem,
 )
-
-PathElem = tuple[str, Mapping[str, str]]
-"""One element of a gNMI path: its name (module prefix stripped) and its keys."""
-
-LIST_KEYS: Mapping[str, tuple[str, ...]] = {
-    "interface": ("name", "interface-id"),
-    "neighbor": ("id",),
-    "queue": ("name",),
-    "capability": ("name",),
-}
-"""Keyed lists c4p reads, and the key leaf of their entries."""
+from southbound.oc_tree import (
+    OcTree,
+    PathElem,
+    strip_module,
+)
 
 _SPEED_RE = re.compile(r"^SPEED_(\d+)(MB|GB)$")
-
-
-def strip_module(name: str) -> str:
-    """``openconfig-interfaces:interface`` -> ``interface``."""
-    return name.rsplit(":", 1)[-1] if ":" in name else name
-
-
-def path_text(elems: Iterable[PathElem]) -> str:
-    """``/interfaces/interface[name=Ethernet1]/state`` for messages and problems."""
-    out = ""
-    for name, keys in elems:
-        out += "/" + name + "".join(f"[{k}={v}]" for k, v in sorted(keys.items()))
-    return out or "/"
 
 
 def _counter64(value: Any) -> Any:
@@ -70,6 +50,15 @@ def _counter64(value: Any) -> Any:
     if not isinstance(value, int):
         raise ValueError(f"{value!r} is not a 64-bit counter")
     return value
+
+
+def normal_mac(text: str) -> str:
+    """``00-1C-73-AA-BB-CC`` / ``001c.73aa.bbcc`` / ``001c73aabbcc`` -> ``00:1c:73:aa:bb:cc``;
+    anything that is not a MAC address -> ``""``."""
+    digits = re.sub(r"[-:.]", "", text.strip())
+    if len(digits) != 12 or not re.fullmatch(r"[0-9a-fA-F]{12}", digits):
+        return ""
+    return ":".join(digits[i : i + 2] for i in range(0, 12, 2)).lower()
 
 
 def speed_gbps(identity: str) -> float | None:
@@ -127,10 +116,56 @@ class OcCounters(Oc):
 class OcInterfaceState(Oc):
     oper_status: OperStatus | None = Field(default=None, alias="oper-status")
     counters: OcCounters | None = None
+    ifindex: int | None = Field(default=None, ge=0)
+    description: str = ""
+
+
+class OcAddressState(Oc):
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class OcAddress(Oc):
+    state: OcAddressState | None = None
+    config: OcAddressState | None = None
+
+
+class OcAddresses(Oc):
+    address: dict[str, OcAddress] = Field(default_factory=dict)
+
+
+class OcIp(Oc):
+    addresses: OcAddresses | None = None
+
+
+class OcSubinterface(Oc):
+    ipv4: OcIp | None = None
+    ipv6: OcIp | None = None
+
+
+class OcSubinterfaces(Oc):
+    subinterface: dict[str, OcSubinterface] = Field(default_factory=dict)
 
 
 class OcEthernetState(Oc):
+    """Speed: ``port-speed`` unless the port auto-negotiates or says ``SPEED_UNKNOWN``; then
+    ``negotiated-port-speed`` (openconfig-if-ethernet: "the negotiated speed is reported in
+    negotiated-port-speed when auto-negotiate is true"; EOS and Cumulus report it this way)."""
+
     port_speed: Speed = Field(default=None, alias="port-speed")
+    negotiated_port_speed: Speed = Field(default=None, alias="negotiated-port-speed")
+    auto_negotiate: bool | None = Field(default=None, alias="auto-negotiate")
+    mac_address: str = Field(default="", alias="mac-address")
+    hw_mac_address: str = Field(default="", alias="hw-mac-address")
+
+    @property
+    def speed(self) -> float | None:
+        if self.auto_negotiate and self.negotiated_port_speed:
+            return self.negotiated_port_speed
+        return self.port_speed or self.negotiated_port_speed
+
+    @property
+    def mac(self) -> str:
+        return normal_mac(self.mac_address or self.hw_mac_address)
 
 
 class OcEthernet(Oc):
@@ -141,6 +176,20 @@ class OcInterface(Oc):
     name: str = Field(min_length=1)
     state: OcInterfaceState | None = None
     ethernet: OcEthernet | None = None
+    subinterfaces: OcSubinterfaces | None = None
+
+    def addresses(self) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, ...]:
+        """Addresses of every subinterface (``.../ipv4/addresses/address[ip]``), v4 first."""
+        found: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+        subs = self.subinterfaces.subinterface.values() if self.subinterfaces else ()
+        for family in ("ipv4", "ipv6"):
+            for sub in subs:
+                ip = getattr(sub, family)
+                for entry in ip.addresses.address.values() if ip and ip.addresses else ():
+                    leaf = entry.state or entry.config
+                    if leaf is not None and leaf.ip not in found:
+                        found.append(leaf.ip)
+        return tuple(found)
 
 
 class OcCapabilityState(Oc):
@@ -160,6 +209,7 @@ class OcNeighborState(Oc):
     port_id: str = Field(alias="port-id", min_length=1)
     chassis_id: str = Field(default="", alias="chassis-id")
     port_description: str = Field(default="", alias="port-description")
+    port_id_type: str = Field(default="", alias="port-id-type")
     management_address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = Field(
         default=None, alias="management-address"
     )
@@ -186,93 +236,6 @@ class OcLldpNeighbors(Oc):
     neighbor: dict[str, OcNeighbor] = Field(default_factory=dict)
 
 
-# -- the normalized tree --------------------------------------------------------------------
-
-
-class TreeError(ValueError):
-    """A value that cannot be placed in the tree (e.g. a list entry without its key)."""
-
-
-def normalize(value: Any, *, member: str = "") -> Any:
-    """Strip module prefixes from members; keyed lists become ``{key value: entry}``."""
-    if isinstance(value, Mapping):
-        return {
-            strip_module(str(k)): normalize(v, member=strip_module(str(k)))
-            for k, v in value.items()
-        }
-    if isinstance(value, list) and member in LIST_KEYS:
-        out: dict[str, Any] = {}
-        for position, entry in enumerate(value):
-            entry = normalize(entry)
-            if not isinstance(entry, dict):
-                raise TreeError(f"{member}[{position}] is not an object")
-            key = next((entry[k] for k in LIST_KEYS[member] if k in entry), None)
-            if key is None:
-                raise TreeError(f"{member}[{position}] has no key {'/'.join(LIST_KEYS[member])}")
-            out[str(key)] = entry
-        return out
-    if isinstance(value, list):
-        return [normalize(v) for v in value]
-    return value
-
-
-def _merge_into(node: dict[str, Any], key: str, value: Any) -> None:
-    if isinstance(value, dict) and isinstance(node.get(key), dict):
-        for k, v in value.items():
-            _merge_into(node[key], k, v)
-    else:
-        node[key] = value
-
-
-class OcTree:
-    """A normalized tree assembled from the (path, JSON value) pairs of one answer."""
-
-    def __init__(self) -> None:
-        self.root: dict[str, Any] = {}
-
-    def add(self, elems: list[PathElem], value: Any) -> None:
-        """Place ``value`` at ``elems``; raises :class:`TreeError` if the shapes clash."""
-        node = self.root
-        steps = [(strip_module(name), dict(keys)) for name, keys in elems]
-        if not steps:
-            if not isinstance(value, Mapping):
-                raise TreeError("a value at the root must be an object")
-            for k, v in normalize(value).items():
-                _merge_into(self.root, k, v)
-            return
-        for position, (name, keys) in enumerate(steps):
-            last = position == len(steps) - 1
-            if keys:
-                table = node.setdefault(name, {})
-                if not isinstance(table, dict):
-                    raise TreeError(f"{name} is not a list here")
-                key_value = next(iter(keys.values())) if len(keys) == 1 else "|".join(keys.values())
-                entry = table.setdefault(key_value, dict(keys))
-                if not isinstance(entry, dict):
-                    raise TreeError(f"{name}[{key_value}] is not an object")
-                if last:
-                    if not isinstance(value, Mapping):
-                        raise TreeError(f"{name}[{key_value}] must be an object")
-                    for k, v in normalize(value).items():
-                        _merge_into(entry, k, v)
-                node = entry
-            elif last:
-                _merge_into(node, name, normalize(value, member=name))
-            else:
-                child = node.setdefault(name, {})
-                if not isinstance(child, dict):
-                    raise TreeError(f"{name} is a leaf, not a container")
-                node = child
-
-    def get(self, *names: str) -> Any:
-        node: Any = self.root
-        for name in names:
-            if not isinstance(node, dict) or name not in node:
-                return None
-            node = node[name]
-        return node
-
-
 def _problems(target: str, where: str, error: ValidationError) -> list[Problem]:
     out = []
     for err in error.errors():
@@ -293,10 +256,33 @@ def _entries(target: str, table: Any, where: str) -> tuple[dict[str, Any], list[
     return table, []
 
 
+def _clean_counters(
+    target: str, where: str, entry: dict[str, Any], problems: list[Problem]
+) -> dict[str, Any]:
+    """The entry with each malformed counter dropped and named: one bad counter costs that
+    counter, not the interface (a device that sends one garbage leaf still has good ones)."""
+    state = entry.get("state")
+    if not isinstance(state, dict) or not isinstance(state.get("counters"), dict):
+        return entry
+    counters: dict[str, Any] = state["counters"]
+    clean: dict[str, Any] = {}
+    for leaf, value in counters.items():
+        if leaf in _COUNTER_FIELDS:
+            try:
+                _counter64(value)
+            except ValueError as exc:
+                problems.append(
+                    Problem(target=target, path=f"{where}/state/counters/{leaf}", reason=str(exc))
+                )
+                continue
+        clean[leaf] = value
+    return {**entry, "state": {**state, "counters": clean}}
+
+
 def interfaces_of(
     tree: OcTree, target: str
 ) -> tuple[list[InterfaceState], dict[str, InterfaceCounters], list[Problem]]:
-    """Interfaces (state, speed) and their counters from ``/interfaces``."""
+    """Interfaces (state, speed, ifindex, alias, MAC, addresses) and counters (``/interfaces``)."""
     table, problems = _entries(target, tree.get("interfaces", "interface"), "/interfaces")
     states: list[InterfaceState] = []
     counters: dict[str, InterfaceCounters] = {}
@@ -306,7 +292,7 @@ def interfaces_of(
             problems.append(Problem(target=target, path=where, reason="expected an object"))
             continue
         try:
-            iface = OcInterface.model_validate(entry)
+            iface = OcInterface.model_validate(_clean_counters(target, where, entry, problems))
         except ValidationError as exc:
             problems.extend(_problems(target, where, exc))
             continue
@@ -315,11 +301,25 @@ def interfaces_of(
             counters[iface.name] = state.counters.observed()
         if state is None or state.oper_status is None:
             continue  # a counters-only or config-only entry
-        speed = iface.ethernet.state.port_speed if iface.ethernet and iface.ethernet.state else None
+        eth = iface.ethernet.state if iface.ethernet else None
         states.append(
-            InterfaceState(name=iface.name, oper_status=state.oper_status.value, speed_gbps=speed)
+            InterfaceState(
+                name=iface.name,
+                oper_status=state.oper_status.value,
+                speed_gbps=eth.speed if eth else None,
+                if_index=state.ifindex,
+                description=state.description,
+                mac=eth.mac if eth else "",
+                addresses=iface.addresses(),
+            )
         )
     return states, counters, problems
+
+
+def lldp_chassis_of(tree: OcTree) -> str:
+    """The switch's own LLDP chassis-id (``/lldp/state/chassis-id``), if it said."""
+    value = tree.get("lldp", "state", "chassis-id")
+    return value if isinstance(value, str) else ""
 
 
 def neighbors_of(tree: OcTree, target: str) -> tuple[list[LldpNeighbor], list[Problem]]:
@@ -331,12 +331,20 @@ def neighbors_of(tree: OcTree, target: str) -> tuple[list[LldpNeighbor], list[Pr
         raw = entry.get("neighbors") if isinstance(entry, dict) else None
         if raw is None:
             continue
-        try:
-            neighbors = OcLldpNeighbors.model_validate(raw)
-        except ValidationError as exc:
-            problems.extend(_problems(target, where, exc))
+        entries = raw.get("neighbor") if isinstance(raw, dict) else None
+        if not isinstance(entries, dict):
+            try:  # not a keyed list: let the model say what is wrong with it
+                OcLldpNeighbors.model_validate(raw)
+            except ValidationError as exc:
+                problems.extend(_problems(target, where, exc))
             continue
-        for neighbor in neighbors.neighbor.values():
+        for key, item in entries.items():
+            # One malformed neighbour costs that neighbour, not the interface's others.
+            try:
+                neighbor = OcNeighbor.model_validate(item)
+            except ValidationError as exc:
+                problems.extend(_problems(target, f"{where}/neighbor[id={key}]", exc))
+                continue
             st = neighbor.state
             address = st.management_address
             found.append(
@@ -346,6 +354,7 @@ def neighbors_of(tree: OcTree, target: str) -> tuple[list[LldpNeighbor], list[Pr
                     port_id=st.port_id,
                     chassis_id=st.chassis_id,
                     port_description=st.port_description,
+                    port_id_type=strip_module(st.port_id_type),
                     mgmt_address=address if isinstance(address, ipaddress.IPv4Address) else None,
                     kind=neighbor.kind(),
                 )

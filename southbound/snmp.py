@@ -27,6 +27,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any, TypeVar
 
 with warnings.catch_warnings():
@@ -64,16 +65,37 @@ COUNTER_COLUMNS = {
     "out_discards": "1.3.6.1.2.1.2.2.1.19",
     "out_errors": "1.3.6.1.2.1.2.2.1.20",
 }
+IF_PHYS_ADDRESS = "1.3.6.1.2.1.2.2.1.6"
+IF_ALIAS = "1.3.6.1.2.1.31.1.1.1.18"
+IP_AD_ENT_IF_INDEX = "1.3.6.1.2.1.4.20.1.2"
+"""IP-MIB ipAddrTable (RFC 1213, deprecated but served everywhere): index = the IPv4 address."""
+IP_ADDRESS_IF_INDEX = "1.3.6.1.2.1.4.34.1.3"
+"""IP-MIB ipAddressTable (RFC 4293): index = addrType (1 v4, 2 v6), length, address octets."""
+LLDP_LOC_CHASSIS_ID = "1.0.8802.1.1.2.1.3.2"
 LLDP_LOC_PORT_ID = "1.0.8802.1.1.2.1.3.7.1.3"
 LLDP_LOC_PORT_DESC = "1.0.8802.1.1.2.1.3.7.1.4"
 LLDP_REM = {
     "chassis": "1.0.8802.1.1.2.1.4.1.1.5",
+    "chassis_subtype": "1.0.8802.1.1.2.1.4.1.1.4",
+    "port_subtype": "1.0.8802.1.1.2.1.4.1.1.6",
     "port_id": "1.0.8802.1.1.2.1.4.1.1.7",
     "port_desc": "1.0.8802.1.1.2.1.4.1.1.8",
     "sys_name": "1.0.8802.1.1.2.1.4.1.1.9",
     "cap_enabled": "1.0.8802.1.1.2.1.4.1.1.12",
 }
 LLDP_REM_MAN_ADDR_IF_SUBTYPE = "1.0.8802.1.1.2.1.4.2.1.3"
+
+PORT_ID_SUBTYPES = {
+    1: "INTERFACE_ALIAS",
+    2: "PORT_COMPONENT",
+    3: "MAC_ADDRESS",
+    4: "NETWORK_ADDRESS",
+    5: "INTERFACE_NAME",
+    6: "AGENT_CIRCUIT_ID",
+    7: "LOCAL",
+}
+"""LldpPortIdSubtype (IEEE 802.1AB LLDP-MIB) in OpenConfig's spelling."""
+CHASSIS_MAC = 4  # LldpChassisIdSubtype macAddress
 
 OPER_STATUS = {1: "UP", 2: "DOWN", 3: "TESTING", 4: "UNKNOWN", 5: "DORMANT", 6: "NOT_PRESENT"}
 OPER_STATUS[7] = "LOWER_LAYER_DOWN"
@@ -99,6 +121,31 @@ _AUTH_ERRORS = ("UnknownUserName", "WrongDigest", "UnknownSecurityName", "Authen
 Rows = dict[tuple[int, ...], Any]
 
 
+def _mac(value: Any) -> str:
+    raw = bytes(value)
+    return ":".join(f"{b:02x}" for b in raw) if len(raw) == 6 else _text(value)
+
+
+def _addresses(
+    got: dict[str, Rows],
+) -> dict[int, list[ipaddress.IPv4Address | ipaddress.IPv6Address]]:
+    """ifIndex -> its addresses, from ipAddressTable where served, else ipAddrTable."""
+    out: dict[int, list[ipaddress.IPv4Address | ipaddress.IPv6Address]] = {}
+
+    def add(if_index: int, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
+        if ip not in out.setdefault(if_index, []):
+            out[if_index].append(ip)
+
+    for idx, value in sorted(got["ip_address"].items()):
+        if len(idx) >= 2 and idx[0] in (1, 2) and idx[1] == len(idx) - 2 and idx[1] in (4, 16):
+            add(int(value), ipaddress.ip_address(bytes(idx[2:])))
+    if not out:
+        for idx, value in sorted(got["ip_ad_ent"].items()):
+            if len(idx) == 4:
+                add(int(value), ipaddress.IPv4Address(bytes(idx)))
+    return out
+
+
 def _text(value: Any) -> str:
     raw = bytes(value)
     if raw and all(32 <= b < 127 for b in raw):
@@ -118,13 +165,17 @@ class SnmpDriver:
         self._max_inflight = max_inflight
         self._inflight: asyncio.Semaphore | None = None
 
-    async def limited(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` when fewer than ``max_inflight`` walks are running: SNMP agents
-        answer one request at a time, and a flood makes them time out (call on the loop)."""
+    async def limited(self, start: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run ``start()`` when fewer than ``max_inflight`` walks are running: SNMP agents
+        answer one request at a time, and a flood makes them time out (call on the loop).
+
+        Why a factory and not a coroutine: a walk cancelled while it waits for its turn (the
+        first failure cancels its siblings) must not leave a created-but-never-awaited
+        coroutine behind; the walk's coroutine is made only once it may run."""
         if self._inflight is None:
             self._inflight = asyncio.Semaphore(self._max_inflight)
         async with self._inflight:
-            return await coro
+            return await start()
 
     def session(self, config: TargetConfig) -> SnmpSession:
         return SnmpSession(self, config)
@@ -210,7 +261,7 @@ class SnmpSession:
         """Set up engine, credentials and transport, then read sysName (checks reachability)."""
         self._driver.run(self._setup(), self.config.timeouts.connect_s + 5, self.name)
         rows = self._driver.run(
-            self._driver.limited(self._walk(SYS_NAME)), self._deadline, self.name
+            self._driver.limited(lambda: self._walk(SYS_NAME)), self._deadline, self.name
         )
         return _text(next(iter(rows.values()))) if rows else ""
 
@@ -282,7 +333,8 @@ class SnmpSession:
         """Walk columns concurrently (at most the driver's limit in flight); the first
         failure cancels the rest."""
         tasks = [
-            asyncio.ensure_future(self._driver.limited(self._walk(oid))) for oid in oids.values()
+            asyncio.ensure_future(self._driver.limited(partial(self._walk, oid)))
+            for oid in oids.values()
         ]
         try:
             results = await asyncio.gather(*tasks)
@@ -308,6 +360,11 @@ class SnmpSession:
             "if_name": IF_NAME,
             "oper": IF_OPER_STATUS,
             "speed": IF_HIGH_SPEED,
+            "if_phys": IF_PHYS_ADDRESS,
+            "if_alias": IF_ALIAS,
+            "ip_address": IP_ADDRESS_IF_INDEX,
+            "ip_ad_ent": IP_AD_ENT_IF_INDEX,
+            "loc_chassis": LLDP_LOC_CHASSIS_ID,
             "loc_port_id": LLDP_LOC_PORT_ID,
             "loc_port_desc": LLDP_LOC_PORT_DESC,
             "man_addr": LLDP_REM_MAN_ADDR_IF_SUBTYPE,
@@ -319,20 +376,44 @@ class SnmpSession:
         problems: list[Problem] = []
         names = {idx[0]: _text(v) for idx, v in got["if_name"].items() if len(idx) == 1}
         interfaces = []
+        owned = _addresses(got)
         for if_index, name in sorted(names.items()):
             status = OPER_STATUS.get(int(got["oper"].get((if_index,), 4)), "UNKNOWN")
             self._oper[if_index] = status
             mbps = got["speed"].get((if_index,))
             speed = int(mbps) / 1000 if mbps is not None and int(mbps) > 0 else None
-            interfaces.append(InterfaceState(name=name, oper_status=status, speed_gbps=speed))
+            phys = got["if_phys"].get((if_index,))
+            alias = got["if_alias"].get((if_index,))
+            interfaces.append(
+                InterfaceState(
+                    name=name,
+                    oper_status=status,
+                    speed_gbps=speed,
+                    if_index=if_index,
+                    description=_text(alias) if alias is not None else "",
+                    mac=_mac(phys) if phys is not None and len(bytes(phys)) == 6 else "",
+                    addresses=tuple(owned.get(if_index, ())),
+                )
+            )
         counters = self._counters(got, names)
         neighbors = self._neighbors(got, names, problems)
+        if not got["loc_port_id"] and not got["loc_chassis"] and not got["rem_sys_name"]:
+            problems.append(
+                Problem(
+                    target=self.name,
+                    path="LLDP-MIB",
+                    reason="no LLDP-MIB (lldpLocalSystemData is empty): no LLDP tree; is an "
+                    "LLDP agent (e.g. lldpd -x, its AgentX subagent) serving it?",
+                )
+            )
         sys_name = next(iter(got["sys_name"].values()), None)
+        loc_chassis = next(iter(got["loc_chassis"].values()), None)
         return SwitchObservation(
             target=self.name,
             protocol=Protocol.SNMP,
             at=now,
             hostname=_text(sys_name) if sys_name is not None else None,
+            chassis_id=_mac(loc_chassis) if loc_chassis is not None else "",
             interfaces=tuple(interfaces),
             neighbors=tuple(neighbors),
             counters=counters,
@@ -395,12 +476,18 @@ class SnmpSession:
                 )
             desc = got["rem_port_desc"].get(idx)
             chassis = got["rem_chassis"].get(idx)
+            subtype = PORT_ID_SUBTYPES.get(int(got["rem_port_subtype"].get(idx, 0)), "")
+            chassis_kind = int(got["rem_chassis_subtype"].get(idx, 0))
+            chassis_text = ""
+            if chassis is not None:
+                chassis_text = _mac(chassis) if chassis_kind == CHASSIS_MAC else _text(chassis)
             out.append(
                 LldpNeighbor(
                     local_interface=local[port_num],
                     system_name=_text(sys_name),
-                    port_id=_text(port_id),
-                    chassis_id=_text(chassis) if chassis is not None else "",
+                    port_id=_mac(port_id) if subtype == "MAC_ADDRESS" else _text(port_id),
+                    port_id_type=subtype,
+                    chassis_id=chassis_text,
                     port_description=_text(desc) if desc is not None else "",
                     mgmt_address=addresses.get(idx),
                     kind=kind,

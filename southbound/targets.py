@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from southbound.driver_errors import TargetConfigError
+from southbound.gnmic import from_gnmic, is_gnmic
 from topology.model import Name, SwitchRole
 
 
@@ -138,6 +139,27 @@ class GnmiOptions(Strict):
     )
     counters: bool = Field(default=True, description="Subscribe to counters (SAMPLE).")
     ecn: bool = Field(default=True, description="Also sample ECN marks where the target has them.")
+    lldp_on_change: bool = Field(
+        default=True,
+        description="Also subscribe ON_CHANGE to LLDP neighbours where openconfig-lldp is "
+        "listed (a refused subscription costs only itself).",
+    )
+    prefix_target: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Sent as the request prefix's target. SONiC's gNMI server refuses requests "
+        "without one and serves OpenConfig under 'OC-YANG' (sonic-gnmi gNMI_usage_examples).",
+    )
+    origin: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Path origin, e.g. 'openconfig' where a platform needs it to pick the "
+        "OpenConfig tree over its native models (NX-OS: 'openconfig' vs 'device').",
+    )
+    encoding: Literal["auto", "json_ietf", "json"] = Field(
+        default="auto",
+        description="auto: JSON_IETF if the target offers it, else JSON; either may be forced.",
+    )
 
 
 class SnmpV2c(Strict):
@@ -289,7 +311,8 @@ class TargetDefaults(Strict):
 
 
 class TargetsFile(Strict):
-    """The targets file: ``defaults`` and one entry per switch (names unique)."""
+    """The targets file: ``defaults`` and one entry per switch (names unique); or gnmic's
+    target file (``targets`` a mapping, :mod:`southbound.gnmic`)."""
 
     defaults: TargetDefaults = TargetDefaults()
     targets: tuple[TargetConfig, ...] = Field(min_length=1)
@@ -297,6 +320,8 @@ class TargetsFile(Strict):
     @model_validator(mode="before")
     @classmethod
     def _apply_defaults(cls, data: Any) -> Any:
+        if is_gnmic(data):  # gnmic's target file (see southbound.gnmic)
+            data = from_gnmic(data)
         if not isinstance(data, Mapping) or not isinstance(data.get("targets"), list):
             return data
         defaults = data.get("defaults") or {}
@@ -388,6 +413,14 @@ class FabricSource(Strict):
     )
     name: Name | None = Field(default=None, description="Name of the discovered fabric.")
     attempts: int = Field(default=2, ge=1, le=10, description="Discovery tries per target.")
+    rediscover_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="source gnmi/snmp: compare a fresh snapshot with the fabric in force this "
+        "often; wiring changes are re-planned and logged, a snapshot that lost most of the "
+        "fabric is held as suspect (0: off).",
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> Self:

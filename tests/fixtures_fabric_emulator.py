@@ -48,7 +48,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @contextmanager
 def serve_gnmi(fabric: Fabric, **options: Any) -> Iterator[tuple[FabricEmulator, GnmiFabric]]:
     """An emulator for ``fabric`` and one gNMI target per switch (stopped on exit)."""
-    emulator_options = {k: options.pop(k) for k in ("advertise_addresses",) if k in options}
+    emulator_options = {
+        k: options.pop(k) for k in ("advertise_addresses", "flavours") if k in options
+    }
     emu = FabricEmulator(fabric, **emulator_options)
     servers = GnmiFabric(emu, **options)
     try:

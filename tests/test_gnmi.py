@@ -55,22 +55,40 @@ def test_discovery_over_tls(mode: TlsMode, pki: Pki) -> None:
 
 
 @pytest.mark.parametrize(
-    ("server_mtls", "client_mode", "foreign_ca"),
-    [(False, TlsMode.TLS, True), (True, TlsMode.TLS, False), (False, TlsMode.INSECURE, False)],
+    ("server_mtls", "client_mode", "foreign_ca", "words"),
+    [
+        (False, TlsMode.TLS, True, "certificate was refused"),
+        (True, TlsMode.TLS, False, "client certificate"),
+        (False, TlsMode.INSECURE, False, "plaintext client meeting a TLS server"),
+    ],
     ids=["untrusted-server", "no-client-cert", "plaintext-to-tls"],
 )
 def test_tls_mismatch_is_refused(
-    server_mtls: bool, client_mode: TlsMode, foreign_ca: bool, pki: Pki
+    server_mtls: bool, client_mode: TlsMode, foreign_ca: bool, words: str, pki: Pki
 ) -> None:
+    """A refused certificate or a plaintext client meeting a TLS server is *failed* with the
+    reason in so many words (retrying cannot help), never left stale."""
     fabric = small_fabric("leaf-spine")
     with serve_gnmi(fabric, pki=pki, mutual_tls=server_mtls) as (_, servers):
         tls = pki.client_tls(client_mode, foreign_ca=foreign_ca)
         fleet = Fleet(servers.targets_file(tls=tls, timeouts=FAST))
         result = fleet.discover(attempts=1)
     status = fleet.status()
-    assert all(s.health is TargetHealth.STALE and s.last_error for s in status.values())
+    for s in status.values():
+        assert s.last_error, s
+        assert s.health is TargetHealth.FAILED, s
+        assert words in s.last_error, s.last_error
     assert result.fabric.links == ()
     assert set(result.unreached_targets) == {s.name for s in fabric.switches}
+
+
+def test_tls_client_meeting_a_plaintext_server_says_so(pki: Pki) -> None:
+    with serve_gnmi(small_fabric("leaf-spine")) as (_, servers):
+        fleet = Fleet(servers.targets_file(tls=pki.client_tls(TlsMode.TLS), timeouts=FAST))
+        fleet.discover(attempts=1)
+    for s in fleet.status().values():
+        assert s.health is TargetHealth.FAILED, s
+        assert "TLS client meeting a plaintext server" in s.last_error
 
 
 def test_credentials_are_checked() -> None:
@@ -198,7 +216,7 @@ def test_malformed_answers_are_reported_with_target_and_path() -> None:
         emu.set_leaf(
             "leaf-01", "/interfaces/interface[name=Ethernet2]/state/counters/in-octets", "12x"
         )
-        emu.set_raw("spine-00", "/lldp/interfaces", b"{not json")
+        emu.set_raw("spine-00", "/lldp", b"{not json")
         emu.set_leaf("spine-01", "/lldp/interfaces/interface[name=Ethernet1]/neighbors", [1, 2])
         result = Fleet(servers.targets_file(timeouts=FAST)).discover()
         found = {(p.target, p.path) for p in result.problems}
@@ -207,7 +225,7 @@ def test_malformed_answers_are_reported_with_target_and_path() -> None:
             "leaf-01",
             "/interfaces/interface[name=Ethernet2]/state/counters/in-octets",
         ) in found
-        assert ("spine-00", "/lldp/interfaces") in found
+        assert ("spine-00", "/lldp") in found
         assert any(
             t == "spine-01" and p.startswith("/lldp/interfaces/interface[name=Ethernet1]")
             for t, p in found

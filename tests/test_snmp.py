@@ -95,7 +95,9 @@ def test_unknown_community_and_wrong_key(rail: tuple[Fabric, FabricEmulator, Snm
     nobody = Fleet(type(v2).model_validate(data))
     started = time.monotonic()
     nobody.discover(attempts=1)
-    assert time.monotonic() - started < 5
+    # Liveness, not speed: an agent that never answers must not hold discovery forever (the
+    # deadlines are 0.5 s per request); the bound is generous so a loaded machine passes.
+    assert time.monotonic() - started < 60
     assert nobody.status()["spine-00"].health is TargetHealth.STALE
 
     v3 = agent.targets_file(version="3", timeouts=fast, switches=("spine-00",)).model_dump()

@@ -14,6 +14,7 @@ import typer
 
 from c4p.cli.bench import bench_cmd
 from c4p.cli.discover import fabric_discover
+from c4p.cli.emulate import fabric_emulate
 from c4p.cli.evaluate import evaluate_cmd
 from c4p.cli.fabric import fabric_app
 from c4p.cli.jobs import jobs_app
@@ -33,6 +34,7 @@ app.add_typer(fabric_app, name="fabric")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(lab_app, name="lab")
 fabric_app.command("discover")(fabric_discover)
+fabric_app.command("emulate")(fabric_emulate)
 app.command("serve")(serve)
 app.command("plan")(plan_cmd)
 app.command("evaluate")(evaluate_cmd)

@@ -8,9 +8,15 @@ status mismatches. The declared fabric also fills what switches cannot tell (NIC
 when hosts do not advertise them, roles, hash profiles) unless ``--no-hints``; the report
 says how many addresses came from LLDP, the declared fabric or the address plan.
 
-Exit status: 0 when every target answered and nothing differs; 1 when a target did not
-answer or the comparison found differences (the report says which); 2 for unusable input
-(``error: <file>: <field>: <reason>``), as every c4p command.
+Exit status: 0 when every target answered and nothing is in doubt; 1 when a target did not
+answer, when the discovery has *findings* (a target that answered with no interfaces or no
+LLDP neighbors, two target entries that are one switch, a switch under two names, a link seen
+from one end only) or the comparison found differences (the report says which); 2 for
+unusable input (``error: <file>: <field>: <reason>``), as every c4p command. An empty or
+silently wrong fabric is the worst answer a controller can give, so doubt is never exit 0.
+
+The targets file may also be gnmic's target file (``targets:`` a mapping of
+``address/username/password/insecure/skip-verify/tls-ca/tls-cert/tls-key``).
 
 Registered by :mod:`c4p.cli` as ``fabric discover``; :data:`discover_app` runs it on its own.
 """
@@ -60,6 +66,7 @@ def report_json(
             for n, s in sorted(status.items())
         },
         "problems": [p.model_dump() for p in result.problems],
+        "findings": [p.model_dump() for p in result.findings],
         "address_sources": result.address_sources,
         "role_sources": result.role_sources,
         "kept_links": result.kept_links,
@@ -94,12 +101,19 @@ def print_report(
     out.print(f"  switch roles: {roles or 'none'}", highlight=False)
     if result.kept_links:
         out.print(f"  {result.kept_links} link(s) kept from the previous/declared fabric")
-    if result.problems:
-        out.print(f"[yellow]{len(result.problems)} problem(s) in what the switches answered:[/]")
-        for p in result.problems[:PROBLEMS_SHOWN]:
+    if result.findings:
+        out.print(f"[red]{len(result.findings)} finding(s) that make this fabric doubtful:[/]")
+        for p in result.findings[:PROBLEMS_SHOWN]:
             out.print(f"  {p}", highlight=False)
-        if len(result.problems) > PROBLEMS_SHOWN:
-            out.print(f"  ... and {len(result.problems) - PROBLEMS_SHOWN} more (see --json)")
+        if len(result.findings) > PROBLEMS_SHOWN:
+            out.print(f"  ... and {len(result.findings) - PROBLEMS_SHOWN} more (see --json)")
+    others = [p for p in result.problems if p not in result.findings]
+    if others:
+        out.print(f"[yellow]{len(others)} problem(s) in what the switches answered:[/]")
+        for p in others[:PROBLEMS_SHOWN]:
+            out.print(f"  {p}", highlight=False)
+        if len(others) > PROBLEMS_SHOWN:
+            out.print(f"  ... and {len(others) - PROBLEMS_SHOWN} more (see --json)")
     if comparison is not None:
         if comparison.clean:
             out.print("[green]matches the declared fabric[/]")
@@ -166,7 +180,8 @@ def fabric_discover(
         if json_path is not None:
             write_json(report_json(result, status, comparison, output), json_path)
         unanswered = any(s.health is not TargetHealth.LIVE for s in status.values())
-        return 1 if unanswered or (comparison is not None and not comparison.clean) else 0
+        differs = comparison is not None and not comparison.clean
+        return 1 if unanswered or result.findings or differs else 0
 
     code = guarded(body)
     if code:

@@ -43,6 +43,7 @@ class KeyKind(StrEnum):
     REPLAN = "replan"  # an operator asked for a plan now
     RETRY = "retry"  # the last plan failed
     MODE = "mode"  # a job's control mode was set, or the rollback engaged or cleared
+    WIRING = "wiring"  # re-discovery found links gone, new or re-speeded (the reason says which)
 
 
 @dataclass(frozen=True, order=True)

@@ -48,6 +48,7 @@ from c4p.files import load_fabric
 from c4p.serve import ServeConfig, load_targets, split_address
 from c4p.service import admin, flow_intent
 from c4p.service.access import Guard, RateLimiter
+from c4p.service.fabric_watch import FabricWatch
 from c4p.service.flow_intent import StreamHub
 from c4p.service.rpc import Gate
 from c4p.service.telemetry import Metrics
@@ -90,6 +91,7 @@ class ServiceRuntime:
         self.config = config
         self.clock = clock
         self.fleet: Fleet | None = None
+        self.watch: FabricWatch | None = None
         self._fleet_events = EventQueue()
         if fabric is None:
             if config.fabric.discovered:
@@ -170,6 +172,18 @@ class ServiceRuntime:
             raise FabricFileError(
                 str(source.targets),
                 [(f"targets {n}", s.last_error or s.health.value) for n, s in status.items()],
+            )
+        if not result.fabric.links:  # never serve an empty fabric
+            raise FabricFileError(
+                str(source.targets),
+                [("discovery", f"found no links ({len(result.fabric.switches)} switches)")]
+                + [(f"{p.target} {p.path}", p.reason) for p in result.problems[:20]],
+            )
+        for finding in result.findings:
+            log.warning(
+                "discovery finding: %s",
+                finding,
+                extra={"event": "discovery-finding", "target": finding.target},
             )
         self._fleet_events.drain()  # the snapshot already holds what discovery saw
         self.fleet = fleet
@@ -259,8 +273,17 @@ class ServiceRuntime:
             self._metrics_server = httpd
             self.metrics_address = f"{m_host}:{httpd.server_address[1]}"
         if self.fleet is not None:  # last: a failed bind above leaves no session open
+            self.watch = FabricWatch(
+                self.fleet,
+                self.fabric,
+                self.metrics.registry,
+                observe_link=self.loop.observe_link,
+                enqueue=self.loop.enqueue_threadsafe,
+                clock=self.clock,
+            )
             self.fleet.start()
             self.follow_link_events(self._fleet_events.get)
+            self._start_rediscovery(cfg.fabric.rediscover_s)
         log.info(
             "serving",
             extra={
@@ -278,12 +301,35 @@ class ServiceRuntime:
         """Feed the link events ``get(timeout)`` returns into the reconcile loop (a thread)."""
 
         def pump() -> None:
+            next_metrics = 0.0
             while not self._stopping.is_set():
                 event = get(0.2)
                 if isinstance(event, LinkEventLike):
                     self.loop.observe_link(event)
+                if self.watch is not None:
+                    self.watch.on_event(event)
+                    if time.monotonic() >= next_metrics:
+                        self.watch.refresh_metrics()
+                        next_metrics = time.monotonic() + 1.0
 
         thread = threading.Thread(target=pump, name="c4p-link-events", daemon=True)
+        thread.start()
+        self._pumps.append(thread)
+
+    def _start_rediscovery(self, every_s: float) -> None:
+        """Compare a fresh snapshot with the fabric in force every ``every_s`` (0: never)."""
+        if every_s <= 0 or self.watch is None:
+            return
+        watch = self.watch
+
+        def run() -> None:
+            while not self._stopping.wait(every_s):
+                try:
+                    watch.rediscover()
+                except Exception as exc:  # a bad snapshot must not end the service
+                    log.warning("re-discovery failed: %s", exc, extra={"event": "rediscovery"})
+
+        thread = threading.Thread(target=run, name="c4p-rediscovery", daemon=True)
         thread.start()
         self._pumps.append(thread)
 

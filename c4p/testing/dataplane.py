@@ -22,10 +22,11 @@ import hashlib
 import ipaddress
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from c4p.testing.flavours import Flavour, flavour
 from southbound.observed import (
     InterfaceCounters,
     InterfaceState,
@@ -35,7 +36,7 @@ from southbound.observed import (
     SwitchObservation,
 )
 from topology.index import natural_key
-from topology.model import Fabric, LinkStatus, split_end
+from topology.model import Fabric, LinkStatus, Switch, split_end
 
 
 def mac_of(name: str) -> str:
@@ -121,9 +122,15 @@ class FabricEmulator:
         clock: Callable[[], float] = time.monotonic,
         advertise_addresses: bool = True,
         counter_base: int = 1 << 40,
+        flavours: Mapping[str, str] | str | None = None,
     ) -> None:
         self.fabric = fabric
         self.advertise_addresses = advertise_addresses
+        names = [s.name for s in fabric.switches]
+        if isinstance(flavours, str):
+            flavours = dict.fromkeys(names, flavours)
+        self._flavours = {n: flavour((flavours or {}).get(n, "openconfig")) for n in names}
+        self._switch_by_name = {s.name: s for s in fabric.switches}
         self._clock = clock
         self._lock = threading.Lock()
         # One condition per switch on the one lock: a change wakes only its switches' streams.
@@ -162,6 +169,16 @@ class FabricEmulator:
         self._switch_names = switch_names
 
     # -- structure ---------------------------------------------------------------------------
+
+    def flavour_of(self, switch: str) -> Flavour:
+        """The OS dialect ``switch`` speaks (see :mod:`c4p.testing.flavours`)."""
+        return self._flavours[switch]
+
+    def switch(self, name: str) -> Switch:
+        return self._switch_by_name[name]
+
+    def link_index(self, switch: str, interface: str) -> int:
+        return self._port_by_name[(switch, interface)].link
 
     @property
     def switches(self) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
 from c4p.testing.certs import Pki
 from c4p.testing.dataplane import FabricEmulator
+from c4p.testing.flavours import Flavour
 from c4p.testing.oc_payloads import ECN_QUEUE, MODELS, SUBTREES, get_answer, switch_tree
 from southbound.targets import (
     GnmiCredentials,
@@ -69,6 +70,34 @@ def _names(path: Any) -> list[str]:
     return [e.name.rsplit(":", 1)[-1] for e in path.elem]
 
 
+_ENTRY_KEYS = {
+    "interface": ("name", "interface-id"),
+    "neighbor": ("id",),
+    "queue": ("name",),
+    "subinterface": ("index",),
+}
+
+
+def _split(node: Any) -> list[tuple[list[Any], Any]]:
+    """A subtree cut as devices cut it: one (relative path, value) per list entry, the
+    container's own leaves in one more. Lists below an entry stay inside it."""
+    out: list[tuple[list[Any], Any]] = []
+    leaves: dict[str, Any] = {}
+    for member, value in node.items():
+        name = member.rsplit(":", 1)[-1]
+        if isinstance(value, list) and name in _ENTRY_KEYS:
+            for entry in value:
+                key = next(k for k in _ENTRY_KEYS[name] if k in entry)
+                out.append(([_elem(member, {key: str(entry[key])})], entry))
+        elif isinstance(value, dict):
+            out.extend(([_elem(member), *e], v) for e, v in _split(value))
+        else:
+            leaves[member] = value
+    if leaves:
+        out.append(([], leaves))
+    return out
+
+
 class _Sub:
     """One subscription of a SubscribeRequest, as the target understood it."""
 
@@ -90,11 +119,13 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
         *,
         credentials: tuple[str, str] | None = None,
         as_numbers: bool = False,
+        lldp_stream: bool = True,
     ) -> None:
         self.emu = emu
         self.switch = switch
         self.credentials = credentials
         self.as_numbers = as_numbers
+        self.lldp_stream = lldp_stream
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -113,6 +144,31 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
     def _tree(self, *parts: str) -> dict[str, Any]:
         return switch_tree(self.emu, self.switch, parts=parts, as_numbers=self.as_numbers)
 
+    @property
+    def flavour(self) -> Flavour:
+        return self.emu.flavour_of(self.switch)
+
+    def _check_request(self, context: Any, prefix: Any, paths: Iterable[Any]) -> None:
+        """The request rules of this switch's OS (see :mod:`c4p.testing.flavours`)."""
+        flavour = self.flavour
+        if flavour.prefix_target and (prefix is None or prefix.target != flavour.prefix_target):
+            # sonic-gnmi's answer to a request without a prefix target.
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "No target specified in prefix")
+        if flavour.origin:
+            for path in paths:
+                origin = path.origin or (prefix.origin if prefix is not None else "")
+                if origin != flavour.origin:
+                    context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"path origin {origin or '(none)'!r}: OpenConfig paths need origin "
+                        f"{flavour.origin!r}",
+                    )
+
+    def _check_encoding(self, context: Any, encoding: int) -> None:
+        name = gnmi_pb2.Encoding.Name(encoding)
+        if name not in self.flavour.encodings or name not in ("JSON_IETF", "JSON"):
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, f"encoding {name} is not supported")
+
     # -- unary RPCs -------------------------------------------------------------------------
 
     def Capabilities(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC name)
@@ -123,42 +179,48 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
                 gnmi_pb2.ModelData(name=n, organization="OpenConfig working group", version=v)
                 for n, v in MODELS
             ],
-            supported_encodings=[
-                gnmi_pb2.Encoding.Value("JSON_IETF"),
-                gnmi_pb2.Encoding.Value("JSON"),
-            ],
+            supported_encodings=[gnmi_pb2.Encoding.Value(e) for e in self.flavour.encodings],
             gNMI_version="0.8.0",
         )
 
     def Get(self, request: Any, context: Any) -> Any:  # noqa: N802
         self._admit(context)
         self._slow(context)
-        if request.encoding not in (
-            gnmi_pb2.Encoding.Value("JSON_IETF"),
-            gnmi_pb2.Encoding.Value("JSON"),
-        ):
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "only JSON_IETF and JSON encodings")
+        self._check_request(context, request.prefix, request.path)
+        self._check_encoding(context, request.encoding)
+        flavour = self.flavour
         tree = self._tree("interfaces", "lldp", "system", "qos")
-        updates = []
+        pairs: list[tuple[list[Any], Any]] = []
         for path in request.path:
             text = "/" + "/".join(_names(path))
-            wanted = list(SUBTREES) if text == "/" else [text]
-            for sub in wanted:
-                if sub not in SUBTREES:
+            wanted = ["/interfaces", "/lldp", "/system/state", "/qos/interfaces"]
+            for sub in wanted if text == "/" else [text]:
+                if sub not in SUBTREES or (sub == "/system/state" and not flavour.has_system):
                     context.abort(grpc.StatusCode.NOT_FOUND, f"path {text} is not served")
+                elems = [_elem(n) for n in sub.strip("/").split("/")]
                 raw = self.emu.raw_answer(self.switch, sub)
-                val = (
-                    gnmi_pb2.TypedValue(json_ietf_val=raw)
-                    if raw is not None
-                    else _json(get_answer(tree, sub))
-                )
-                updates.append(
-                    gnmi_pb2.Update(
-                        path=_path(*[_elem(n) for n in sub.strip("/").split("/")]), val=val
-                    )
-                )
-        note = gnmi_pb2.Notification(timestamp=time.time_ns(), update=updates)
-        return gnmi_pb2.GetResponse(notification=[note])
+                if raw is not None:
+                    pairs.append((elems, gnmi_pb2.TypedValue(json_ietf_val=raw)))
+                    continue
+                answer = get_answer(tree, sub)
+                if flavour.split != "one":
+                    pairs.extend((elems + e, _json(v)) for e, v in _split(answer))
+                elif flavour.wrapped:
+                    last = sub.rsplit("/", 1)[1]
+                    inner = {k.rsplit(":", 1)[-1]: v for k, v in answer.items()}
+                    pairs.append((elems, _json({f"{SUBTREES[sub][1]}:{last}": inner})))
+                else:
+                    pairs.append((elems, _json(answer)))
+        now = time.time_ns()
+        prefix = gnmi_pb2.Path(target=request.prefix.target) if request.prefix.target else None
+        updates = [gnmi_pb2.Update(path=_path(*e), val=v) for e, v in pairs]
+        if flavour.split == "notifications":
+            notes = [
+                gnmi_pb2.Notification(timestamp=now, prefix=prefix, update=[u]) for u in updates
+            ]
+        else:
+            notes = [gnmi_pb2.Notification(timestamp=now, prefix=prefix, update=updates)]
+        return gnmi_pb2.GetResponse(notification=notes)
 
     # -- Subscribe --------------------------------------------------------------------------
 
@@ -175,6 +237,8 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
                 subs.append(_Sub("counters", interval, False, 0.0))
             elif names[:1] == ["qos"] and names[-1:] == ["ecn-marked-pkts"]:
                 subs.append(_Sub("ecn", interval, False, 0.0))
+            elif names[:2] == ["lldp", "interfaces"] and mode == "ON_CHANGE" and self.lldp_stream:
+                subs.append(_Sub("lldp", interval, True, 0.0))
             elif names == ["interfaces"]:
                 subs.append(_Sub("oper", interval, mode != "SAMPLE", heartbeat))
                 subs.append(_Sub("counters", interval, False, 0.0))
@@ -235,8 +299,35 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
 
     def _all(self, subs: list[_Sub], tree: dict[str, Any]) -> Iterator[Any]:
         for kind in dict.fromkeys(s.kind for s in subs):
+            if kind == "lldp":
+                yield gnmi_pb2.SubscribeResponse(update=self._lldp_note(self._lldp_tables(), {}))
+                continue
             for note in self._notes(kind, tree):
                 yield gnmi_pb2.SubscribeResponse(update=note)
+
+    def _lldp_tables(self) -> dict[str, Any]:
+        """Each interface's LLDP ``neighbors`` container, as the Get answer has it."""
+        entries = self._tree("lldp")["lldp"]["interfaces"]["interface"]
+        return {str(e["name"]): e.get("neighbors", {}) for e in entries}
+
+    def _lldp_note(self, tables: dict[str, Any], before: dict[str, Any]) -> Any:
+        """One notification: the neighbour tables that changed, and deletes for those gone."""
+        updates = [
+            gnmi_pb2.Update(
+                path=_path(_elem("interface", {"name": name}), _elem("neighbors")),
+                val=_json(table),
+            )
+            for name, table in sorted(tables.items())
+            if before.get(name) != table
+        ]
+        gone = [
+            _path(_elem("interface", {"name": name}), _elem("neighbors"))
+            for name in sorted(set(before) - set(tables))
+        ]
+        prefix = _path(_elem("lldp"), _elem("interfaces"))
+        return gnmi_pb2.Notification(
+            timestamp=time.time_ns(), prefix=prefix, update=updates, delete=gone
+        )
 
     def Subscribe(self, request_iterator: Iterator[Any], context: Any) -> Iterator[Any]:  # noqa: N802
         self._admit(context)
@@ -246,6 +337,8 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
         if not first.HasField("subscribe"):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first request must be subscribe")
         request = first.subscribe
+        self._check_request(context, request.prefix, [s.path for s in request.subscription])
+        self._check_encoding(context, request.encoding)
         subs = self._subs(request, context)
         mode = gnmi_pb2.SubscriptionList.Mode.Name(request.mode)
         # The version is read before the state it stands for: a change in between is seen.
@@ -274,7 +367,9 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
         for s in subs:
             s.due = start + (s.heartbeat_s if s.on_change else s.interval_s * (0.5 + phase))
         sent = {e["name"]: e["state"].get("oper-status") for e in tree["interfaces"]["interface"]}
-        on_change = any(s.on_change for s in subs)
+        on_change = any(s.on_change and s.kind == "oper" for s in subs)
+        lldp = any(s.kind == "lldp" for s in subs)
+        sent_lldp = self._lldp_tables() if lldp else {}
         while context.is_active():
             due = [s.due for s in subs if not s.on_change or s.heartbeat_s]
             wait = min([d - time.monotonic() for d in due] + [1.0])
@@ -292,6 +387,11 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
                 sent = now_status
                 for note in self._notes("oper", tree, changed):
                     yield gnmi_pb2.SubscribeResponse(update=note)
+            if changed_state and lldp:
+                tables = self._lldp_tables()
+                if tables != sent_lldp:
+                    yield gnmi_pb2.SubscribeResponse(update=self._lldp_note(tables, sent_lldp))
+                    sent_lldp = tables
             now = time.monotonic()
             ready = [s for s in subs if (not s.on_change or s.heartbeat_s) and s.due <= now]
             if ready:
@@ -314,6 +414,7 @@ class GnmiFabric:
         credentials: tuple[str, str] | None = None,
         switches: Iterable[str] | None = None,
         numbers_from: Iterable[str] = (),
+        lldp_stream: bool = True,
     ) -> None:
         self.emu = emu
         self.pki = pki
@@ -321,6 +422,7 @@ class GnmiFabric:
         self.credentials = credentials
         self.switches = tuple(switches) if switches is not None else emu.switches
         self.numbers_from = frozenset(numbers_from)
+        self.lldp_stream = lldp_stream  # False: refuse LLDP ON_CHANGE (as many targets do)
         self.ports: dict[str, int] = {}
         self._servers: dict[str, Any] = {}
         self._executor: ThreadPoolExecutor | None = None
@@ -347,7 +449,11 @@ class GnmiFabric:
     def _serve(self, switch: str, port: int) -> None:
         server = grpc.server(self._executor, options=[("grpc.so_reuseport", 0)])
         target = EmulatedTarget(
-            self.emu, switch, credentials=self.credentials, as_numbers=switch in self.numbers_from
+            self.emu,
+            switch,
+            credentials=self.credentials,
+            as_numbers=switch in self.numbers_from,
+            lldp_stream=self.lldp_stream,
         )
         gnmi_pb2_grpc.add_gNMIServicer_to_server(target, server)
         address = f"127.0.0.1:{port}"
@@ -406,7 +512,9 @@ class GnmiFabric:
                 TargetConfig(
                     name=s,
                     address="127.0.0.1",
-                    gnmi=options.model_copy(update={"port": self.ports[s]}),
+                    gnmi=options.model_copy(
+                        update={"port": self.ports[s], **self.emu.flavour_of(s).client_options()}
+                    ),
                     timeouts=timeouts
                     or Timeouts(connect_s=2.0, rpc_s=5.0, retry_initial_s=0.1, retry_max_s=1.0),
                 )

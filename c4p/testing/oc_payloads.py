@@ -13,14 +13,18 @@ a Get answer or a streamed update is cut from it, so a fault shows the same way 
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from typing import Any
 
 from c4p.testing.dataplane import FabricEmulator, mac_of
+from c4p.testing.flavours import Flavour
+from topology.model import Fabric, SwitchAddress, split_end
 
 SUBTREES: dict[str, tuple[tuple[str, ...], str]] = {
     "/interfaces": (("interfaces",), "openconfig-interfaces"),
+    "/lldp": (("lldp",), "openconfig-lldp"),
     "/lldp/interfaces": (("lldp", "interfaces"), "openconfig-lldp"),
     "/system/state": (("system", "state"), "openconfig-system"),
     "/qos/interfaces": (("qos", "interfaces"), "openconfig-qos"),
@@ -67,34 +71,129 @@ def _counter(value: int, as_number: bool) -> int | str:
     return value if as_number else str(value)
 
 
+LOOPBACK_NETWORK = ipaddress.IPv4Network("172.16.0.0/14")
+"""Loopbacks given by :func:`with_switch_addresses` (a /32 per switch, in switch order)."""
+P2P_NETWORK = ipaddress.IPv4Network("172.20.0.0/14")
+"""Switch-switch link addresses given by :func:`with_switch_addresses` (a /31 per link)."""
+
+
+def with_switch_addresses(fabric: Fabric) -> Fabric:
+    """``fabric`` with a loopback per switch and a /31 on each end of every switch-switch link
+    (clear of the NIC and management address plans), as a routed fabric has; the emulator
+    serves exactly the addresses a fabric's switches own, so discovery can be compared."""
+    switches = {s.name for s in fabric.switches}
+    owned: dict[str, list[SwitchAddress]] = {
+        s.name: [SwitchAddress(address=LOOPBACK_NETWORK.network_address + 1 + i)]
+        for i, s in enumerate(fabric.switches)
+    }
+    for li, link in enumerate(fabric.links):
+        ends = [split_end(e) for e in link.ends]
+        if all(device in switches for device, _ in ends):
+            for side, (device, interface) in enumerate(ends):
+                address = P2P_NETWORK.network_address + 2 * li + side
+                owned[device].append(SwitchAddress(address=address, interface=interface))
+    return fabric.model_copy(
+        update={
+            "switches": tuple(
+                s.model_copy(update={"addresses": tuple(owned[s.name])}) for s in fabric.switches
+            )
+        }
+    )
+
+
+def _served_addresses(emu: FabricEmulator, switch: str) -> dict[str | None, list[Any]]:
+    """The switch's own addresses by interface (``None``: the loopback)."""
+    out: dict[str | None, list[Any]] = {}
+    for entry in emu.switch(switch).addresses:
+        iface = entry.interface
+        if iface is not None and iface.lower().startswith(("lo", "loopback")):
+            iface = None
+        out.setdefault(iface, []).append(entry.address)
+    return out
+
+
+def port_mac(device: str, interface: str) -> str:
+    """A stable MAC for one port (a switch interface or a host NIC port)."""
+    return mac_of(f"{device}:{interface}")
+
+
+def _addresses(ips: list[Any], loopback: bool) -> dict[str, Any]:
+    """``subinterfaces`` holding ``ips`` (openconfig-if-ip: ipv4/ipv6 addresses/address[ip])."""
+    sub: dict[str, Any] = {"index": 0, "state": {"index": 0}}
+    for version, family in ((4, "openconfig-if-ip:ipv4"), (6, "openconfig-if-ip:ipv6")):
+        full = 32 if version == 4 else 128
+        length = full if loopback else full - 1
+        entries = [
+            {
+                "ip": str(ip),
+                "config": {"ip": str(ip), "prefix-length": length},
+                "state": {"ip": str(ip), "prefix-length": length},
+            }
+            for ip in ips
+            if ip.version == version
+        ]
+        if entries:
+            sub[family] = {"addresses": {"address": entries}}
+    return {"subinterface": [sub]}
+
+
 def interface_entries(
     emu: FabricEmulator, switch: str, *, as_numbers: bool = False
 ) -> list[dict[str, Any]]:
+    flavour = emu.flavour_of(switch)
+    as_numbers = as_numbers or flavour.counters_as_numbers
+    switches = set(emu.switches)
+    served = _served_addresses(emu, switch)
     entries = []
     for port in emu.ports(switch):
         c = emu.counters(switch, port.interface)
         status = "UP" if emu.link_up(port.link) else "DOWN"
+        if flavour.autoneg:
+            ethernet: dict[str, Any] = {
+                "auto-negotiate": True,
+                "port-speed": "openconfig-if-ethernet:SPEED_UNKNOWN",
+                "negotiated-port-speed": speed_identity(port.speed_gbps),
+            }
+        else:
+            ethernet = {"port-speed": speed_identity(port.speed_gbps)}
+        ethernet["mac-address"] = port_mac(switch, port.interface)
+        state: dict[str, Any] = {
+            "name": port.interface,
+            "ifindex": flavour.ifindex(port.if_index),
+            "admin-status": "UP",
+            "oper-status": status,
+            "counters": {
+                "in-octets": _counter(c.in_octets, as_numbers),
+                "out-octets": _counter(c.out_octets, as_numbers),
+                "in-errors": _counter(c.in_errors, as_numbers),
+                "out-errors": _counter(c.out_errors, as_numbers),
+                "in-discards": _counter(c.in_discards, as_numbers),
+                "out-discards": _counter(c.out_discards, as_numbers),
+            },
+        }
+        if flavour.port_id == "alias":
+            state["description"] = flavour.alias(port.if_index)
+        entry: dict[str, Any] = {
+            "name": port.interface,
+            "config": {"name": port.interface, "enabled": True},
+            "state": state,
+            "openconfig-if-ethernet:ethernet": {"state": ethernet},
+        }
+        if port.interface in served:
+            entry["subinterfaces"] = _addresses(served[port.interface], loopback=False)
+        entries.append(entry)
+    if switch in switches:
         entries.append(
             {
-                "name": port.interface,
-                "config": {"name": port.interface, "enabled": True},
+                "name": flavour.loopback,
+                "config": {"name": flavour.loopback, "enabled": True},
                 "state": {
-                    "name": port.interface,
-                    "ifindex": port.if_index,
+                    "name": flavour.loopback,
                     "admin-status": "UP",
-                    "oper-status": status,
-                    "counters": {
-                        "in-octets": _counter(c.in_octets, as_numbers),
-                        "out-octets": _counter(c.out_octets, as_numbers),
-                        "in-errors": _counter(c.in_errors, as_numbers),
-                        "out-errors": _counter(c.out_errors, as_numbers),
-                        "in-discards": _counter(c.in_discards, as_numbers),
-                        "out-discards": _counter(c.out_discards, as_numbers),
-                    },
+                    "oper-status": "UP",
+                    "ifindex": flavour.ifindex(5000),
                 },
-                "openconfig-if-ethernet:ethernet": {
-                    "state": {"port-speed": speed_identity(port.speed_gbps)}
-                },
+                "subinterfaces": _addresses(served.get(None, []), loopback=True),
             }
         )
     return entries
@@ -113,17 +212,42 @@ def _capabilities(is_switch: bool) -> dict[str, Any]:
     }
 
 
+def _port_id(emu: FabricEmulator, device: str, interface: str) -> tuple[str, str]:
+    """What a switch sends as LLDP port-id for one of its interfaces, and the subtype."""
+    sender: Flavour = emu.flavour_of(device)
+    index = emu.port(device, interface).if_index
+    if sender.port_id == "alias":
+        return sender.alias(index), "openconfig-lldp-types:LOCAL"
+    if sender.port_id == "ifindex":
+        return str(sender.ifindex(index)), "openconfig-lldp-types:LOCAL"
+    return interface, "openconfig-lldp-types:INTERFACE_NAME"
+
+
 def lldp_entries(emu: FabricEmulator, switch: str) -> list[dict[str, Any]]:
+    local = emu.flavour_of(switch)
     entries = []
     for n in emu.neighbors(switch):
+        system_name, port_id = n.system_name, n.port_id
+        port_type = "openconfig-lldp-types:INTERFACE_NAME"
+        description = n.port_description
+        if n.is_switch:
+            sender = emu.flavour_of(n.system_name)
+            port_id, port_type = _port_id(emu, n.system_name, n.port_id)
+            if sender.domain:
+                system_name = f"{n.system_name}.{sender.domain}"
+        elif local.host_lldpd:
+            # lldpd's defaults on a Linux host: port-id subtype MAC, ifname as description.
+            port_id = port_mac(n.system_name, n.port_id)
+            port_type = "openconfig-lldp-types:MAC_ADDRESS"
+            description = n.port_id
         state: dict[str, Any] = {
             "id": "1",
-            "system-name": n.system_name,
+            "system-name": system_name,
             "chassis-id": n.chassis_id,
-            "chassis-id-type": "MAC_ADDRESS",
-            "port-id": n.port_id,
-            "port-id-type": "INTERFACE_NAME",
-            "port-description": n.port_description,
+            "chassis-id-type": "openconfig-lldp-types:MAC_ADDRESS",
+            "port-id": port_id,
+            "port-id-type": port_type,
+            "port-description": description,
         }
         if n.mgmt_address is not None:
             state["management-address"] = str(n.mgmt_address)
@@ -167,8 +291,13 @@ def switch_tree(
     if "interfaces" in wanted:
         tree["interfaces"] = {"interface": interface_entries(emu, switch, as_numbers=as_numbers)}
     if "lldp" in wanted:
-        tree["lldp"] = {"interfaces": {"interface": lldp_entries(emu, switch)}}
-    if "system" in wanted:
+        flavour = emu.flavour_of(switch)
+        name = f"{switch}.{flavour.domain}" if flavour.domain else switch
+        tree["lldp"] = {
+            "state": {"enabled": True, "chassis-id": mac_of(switch), "system-name": name},
+            "interfaces": {"interface": lldp_entries(emu, switch)},
+        }
+    if "system" in wanted and emu.flavour_of(switch).has_system:
         tree["system"] = {"state": {"hostname": switch, "boot-time": "1700000000000000000"}}
     if "qos" in wanted:
         tree["qos"] = {"interfaces": {"interface": qos_entries(emu, switch, as_numbers=as_numbers)}}
