@@ -14,6 +14,7 @@ path: the table must not trust the port), and the black holes apart (:class:`Bla
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from dataclasses import dataclass
 
@@ -98,8 +99,14 @@ class BlackHole:
     code: int
 
 
+_HOP_FIELDS = {f.name for f in dataclasses.fields(HopReply)}
+HOPS_CARRY_ICMP = "icmp_type" in _HOP_FIELDS
+"""Whether ``HopReply`` carries the ICMP type (the real prober's branch adds it): then the path
+table sees black holes itself; otherwise they are silenced so that it never trusts them."""
+
+
 def trace_from(probe: Probe, message: pb.ProbeTrace) -> tuple[Trace, BlackHole | None]:
-    """The trace to learn from (unreachable answers silenced) and the black hole, if any."""
+    """The trace to learn from and the black hole, if any (see :data:`HOPS_CARRY_ICMP`)."""
     hops: list[HopReply] = []
     hole: BlackHole | None = None
     for hop in message.hops:
@@ -107,8 +114,13 @@ def trace_from(probe: Probe, message: pb.ProbeTrace) -> tuple[Trace, BlackHole |
         if address is not None and is_black_hole(hop.icmp_type, hop.icmp_code):
             if hole is None:
                 hole = BlackHole(probe, hop.ttl, address, hop.icmp_code)
-            address = None
-        hops.append(HopReply(hop.ttl, address))
+            if not HOPS_CARRY_ICMP:
+                address = None
+        if HOPS_CARRY_ICMP and address is not None:
+            kind = hop.icmp_type or ICMP_TIME_EXCEEDED
+            hops.append(HopReply(hop.ttl, address, kind, hop.icmp_code))  # type: ignore[call-arg,unused-ignore]
+        else:
+            hops.append(HopReply(hop.ttl, address))
     return Trace(probe, tuple(hops)), hole
 
 

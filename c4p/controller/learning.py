@@ -382,16 +382,19 @@ class LearningPorts:
         proposed = self._predicted.find([ask])[0]
         confirmed: list[int] = []
         waiting = 0
+        refuted = False
         for port in proposed:
             if len(confirmed) + waiting >= r.count:
                 break
             hole = learner.black_hole((r.src, r.dst, port))
             seen = self.table.middle_of_port(key, port)
             if hole is not None:
+                refuted = True
                 learner.find_finding(r.src, r.dst, r.middle, Finding(IssueKind.BLACK_HOLE, hole))
             elif seen == r.middle:
                 confirmed.append(port)
             elif seen is not None:
+                refuted = True
                 text = (
                     f"predicted port {port:#06x} from {self._names[r.src]} to "
                     f"{self._names[r.dst]} was seen on {self._path(seen)}, not the planned "
@@ -402,6 +405,11 @@ class LearningPorts:
                 waiting += 1
         if confirmed:
             return tuple(confirmed[: r.count])
+        if refuted:
+            # The model was wrong here: bind from what probes saw (learn it if need be).
+            if not learned:
+                learner.want_cover(key, r.middle, (r.src, r.dst))
+            return tuple(learned)
         if waiting:
             return ()
         if not learned:
