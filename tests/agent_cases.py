@@ -41,7 +41,7 @@ def agent_config(
     ports: list[dict[str, Any]] | None = None,
 ) -> AgentConfig:
     """An agent of ``host`` holding every NIC port the fabric gives it (no OS check: the
-    addresses are the fabric's 198.18/15 ones, not configured on this machine)."""
+    addresses are the fabric's, not configured on this machine)."""
     if ports is None:
         ports = [
             {"port": f"{host}:{p.port.name}", "interface": "lo", "address": str(p.port.address)}
@@ -62,12 +62,14 @@ def agent_config(
 
 
 def real_network(fabric: Fabric, seed: int = 0x5EED) -> Fabric:
-    """The same topology whose switches hash with seeds the controller's model does not know."""
-    switches = tuple(
-        s.model_copy(update={"hash": HashProfile(algorithm=s.hash.algorithm, seed=seed + i)})
-        for i, s in enumerate(fabric.switches)
-    )
-    return fabric.model_copy(update={"switches": switches})
+    """The same topology whose switches hash with seeds the controller's model does not know.
+
+    Built afresh from the data (not ``model_copy``), so nothing derived from the controller's
+    snapshot (its cached index and hash tables) carries over."""
+    data = fabric.model_dump(mode="json")
+    for i, switch in enumerate(data["switches"]):
+        switch["hash"] = HashProfile(algorithm=fabric.switches[i].hash.algorithm, seed=seed + i)
+    return Fabric.model_validate(data)
 
 
 def realized_path(network: Fabric, src: str, dst: str, sport: int) -> tuple[str, ...]:
