@@ -19,9 +19,9 @@ from typing import Any
 
 from c4p.agent.config import AgentConfig
 from c4p.agent.daemon import AgentDaemon
+from c4p.testing.network import hidden_hash_network
 from southbound.probing import HopReply, ModeledProber, Probe, Prober, Trace
-from topology.forwarding import forward_many
-from topology.model import Fabric, HashProfile
+from topology.model import Fabric
 
 AGENT_TOKEN = "agent-token-0123456789abcdef"
 
@@ -62,28 +62,8 @@ def agent_config(
 
 
 def real_network(fabric: Fabric, seed: int = 0x5EED) -> Fabric:
-    """The same topology whose switches hash with seeds the controller's model does not know.
-
-    Built afresh from the data (not ``model_copy``), so nothing derived from the controller's
-    snapshot (its cached index and hash tables) carries over."""
-    data = fabric.model_dump(mode="json")
-    for i, switch in enumerate(data["switches"]):
-        switch["hash"] = HashProfile(algorithm=fabric.switches[i].hash.algorithm, seed=seed + i)
-    return Fabric.model_validate(data)
-
-
-def realized_path(network: Fabric, src: str, dst: str, sport: int) -> tuple[str, ...]:
-    """The node names a packet of this 5-tuple crosses in ``network`` (the truth)."""
-    import numpy as np
-
-    index = network.index
-    path = forward_many(
-        network,
-        np.asarray([index.node(src)], dtype=np.int64),
-        np.asarray([index.node(dst)], dtype=np.int64),
-        np.asarray([sport], dtype=np.int64),
-    )[0]
-    return tuple(index.path_nodes(path))
+    """The network the agents probe: the topology with hash seeds the model does not know."""
+    return hidden_hash_network(fabric, seed)
 
 
 @dataclass(frozen=True, slots=True)

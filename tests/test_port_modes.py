@@ -24,13 +24,13 @@ from agent_cases import (
     agents_running,
     agents_section,
     real_network,
-    realized_path,
 )
 from service_cases import clients, serving, spread_fabric, wait_until
 
 from c4p.api.v1 import intents_pb2 as pb
 from c4p.client import communicator
 from c4p.client.mirror import BindingMirror
+from c4p.testing.network import realized_path
 from southbound.probing import ModeledProber, Prober
 from topology.model import Fabric, LinkStatus
 
