@@ -374,3 +374,82 @@ def test_agent_config_model_is_strict() -> None:
                 "probing": {"max_probes_per_s": 10, "turbo": True},
             }
         )
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def _write_agent_yaml(path: Path, endpoint: str, host: str = HOSTS[0]) -> Path:
+    ports = "".join(
+        f"  - {{port: '{host}:{p.port.name}', interface: lo, address: {p.port.address}}}\n"
+        for p in _ports_of(host)
+    )
+    path.write_text(
+        f"host: {host}\ncontrollers: ['{endpoint}']\ntoken: {{value: {AGENT_TOKEN}}}\n"
+        f"ports:\n{ports}reconnect: {{initial_s: 0.05, max_s: 0.5}}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_the_agent_command_refuses_bad_input_with_exit_2(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from c4p.cli import app
+
+    runner = CliRunner()
+    config = _write_agent_yaml(tmp_path / "agent.yaml", "127.0.0.1:1")
+    fabric = tmp_path / "fabric.json"
+    from c4p.files import save_fabric
+
+    save_fabric(FABRIC, fabric)
+    ok = runner.invoke(
+        app,
+        ["agent", "-c", str(config), "--prober", f"modeled:{fabric}", "--no-os-check", "--check"],
+    )
+    assert ok.exit_code == 0, ok.output
+    # The OS does not hold the fabric's addresses: refused, the field named, no traceback.
+    bad = runner.invoke(app, ["agent", "-c", str(config), "--prober", f"modeled:{fabric}"])
+    assert bad.exit_code == 2 and "ports[0].address" in bad.output
+    assert "Traceback" not in bad.output
+    unknown = runner.invoke(app, ["agent", "-c", str(config), "--prober", "magic", "--no-os-check"])
+    assert unknown.exit_code == 2 and "use 'socket' or 'modeled:FABRIC'" in unknown.output
+
+
+def test_the_agent_process_connects_and_stops_on_sigterm(
+    tmp_path: Path, unix_endpoint: str
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from c4p.files import save_fabric
+
+    fabric = tmp_path / "network.json"
+    save_fabric(real_network(FABRIC), fabric)
+    config = _write_agent_yaml(tmp_path / "agent.yaml", unix_endpoint)
+    listen = {"address": unix_endpoint, "grace_s": 0.5}
+    with serving(FABRIC, tmp_path / "svc", agents=agents_section(HOSTS[:1]), listen=listen) as svc:
+        hub = svc.runtime.agents if svc.runtime else None
+        assert hub is not None
+        command = [sys.executable, "-c", "from c4p.cli import main; main()", "agent"]
+        child = subprocess.Popen(
+            [*command, "-c", str(config), "--prober", f"modeled:{fabric}", "--no-os-check"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert wait_until(lambda: hub.hosts() == {HOSTS[0]}, 60), child.stderr
+            src = _ports_of(HOSTS[0])[0].port.address
+            dst = _ports_of(HOSTS[1])[0].port.address
+            traces = hub.trace_many([Probe(src, dst, 0xC000, first_ttl=2, max_ttl=2)])
+            assert traces[0].hops[0].address is not None  # the process answered
+            child.send_signal(signal.SIGTERM)
+            assert child.wait(30) == 0
+            assert wait_until(lambda: not hub.hosts())
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(10)
+            child.stdout.close() if child.stdout else None
+            child.stderr.close() if child.stderr else None
