@@ -453,3 +453,44 @@ def test_the_agent_process_connects_and_stops_on_sigterm(
                 child.wait(10)
             child.stdout.close() if child.stdout else None
             child.stderr.close() if child.stderr else None
+
+
+def test_agents_connect_over_mtls_and_the_certificate_name_can_be_required(
+    tmp_path: Path,
+) -> None:
+    from c4p.testing.certs import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    tls = {
+        "mode": "mtls",
+        "cert_file": str(pki.server_cert),
+        "key_file": str(pki.server_key),
+        "client_ca_file": str(pki.ca_cert),
+    }
+    client_tls = {
+        "mode": "mtls",
+        "ca_file": str(pki.ca_cert),
+        "cert_file": str(pki.client_cert),
+        "key_file": str(pki.client_key),
+        "server_name": "localhost",
+    }
+
+    def config(endpoint: str) -> AgentConfig:
+        base = agent_config(FABRIC, HOSTS[0], endpoint)
+        return base.model_copy(
+            update={"tls": AgentConfig.model_fields["tls"].annotation.model_validate(client_tls)}
+        )  # type: ignore[union-attr]
+
+    for require, expect in ((False, SessionState.CONNECTED), (True, None)):
+        agents = agents_section(HOSTS[:1], require_client_name=require)
+        directory = tmp_path / f"svc-{require}"
+        with serving(FABRIC, directory, tls=tls, agents=agents) as service, agents_running() as run:
+            daemon = run.add(config(service.address), lambda: ModeledProber(FABRIC))
+            status = daemon.session.status
+            if expect is not None:
+                assert _wait_state(daemon, run, expect)
+                assert status.sessions == 1
+            else:  # the client certificate is "c4p-controller", not host h0000
+                assert wait_until(lambda s=status: "PERMISSION_DENIED" in s.last_error)  # type: ignore[misc]
+                assert "not host 'h0000'" in status.last_error
+                assert not daemon.executor.active

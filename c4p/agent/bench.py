@@ -36,7 +36,7 @@ from topology.model import Fabric
 TOKEN = "bench-agent-token-0123456789"
 
 
-def _agent(fabric: Fabric, host: str, endpoint: str) -> AgentConfig:
+def _agent(fabric: Fabric, host: str, endpoint: str, rate: float) -> AgentConfig:
     ports = [
         {"port": f"{host}:{p.port.name}", "interface": "lo", "address": str(p.port.address)}
         for p in fabric.index.ports
@@ -49,19 +49,21 @@ def _agent(fabric: Fabric, host: str, endpoint: str) -> AgentConfig:
             "token": {"value": TOKEN},
             "ports": ports,
             "check_os": False,
-            "probing": {"max_probes_per_s": 100_000, "burst": 100_000},
+            "probing": {"max_probes_per_s": rate, "burst": max(1, int(rate / 4))},
         }
     )
 
 
-def run_mode(fabric: Fabric, mode: str, qps: int, directory: Path) -> dict[str, Any]:
+def run_mode(
+    fabric: Fabric, mode: str, qps: int, directory: Path, rate: float = 800.0
+) -> dict[str, Any]:
     network = hidden_hash_network(fabric)
     hosts = [h.name for h in fabric.hosts]
     overrides: dict[str, Any] = {"ports": {"mode": mode}}
     if mode != "predicted":
         overrides["agents"] = {
             "credentials": [{"hosts": hosts, "token": {"value": TOKEN}}],
-            "max_probes_per_s": 100_000,
+            "max_probes_per_s": rate,
         }
     config = embedded_config(fabric, directory, **overrides)
     service = EmbeddedService(config)
@@ -74,7 +76,7 @@ def run_mode(fabric: Fabric, mode: str, qps: int, directory: Path) -> dict[str, 
         if mode != "predicted":
             for host in hosts:
                 daemon = AgentDaemon(
-                    _agent(fabric, host, service.address), lambda: ModeledProber(network)
+                    _agent(fabric, host, service.address, rate), lambda: ModeledProber(network)
                 )
                 asyncio.run_coroutine_threadsafe(daemon.start(), loop).result(30)
                 daemons.append(daemon)
@@ -114,6 +116,7 @@ def run_mode(fabric: Fabric, mode: str, qps: int, directory: Path) -> dict[str, 
         traces = worker.traces if worker is not None else 0
         return {
             "mode": mode,
+            "rate": rate,
             "agents": len(daemons),
             "qps": len(bindings),
             "settled": ok,
@@ -145,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nics", type=int, default=2)
     parser.add_argument("--qps", type=int, default=2)
     parser.add_argument("--modes", default="predicted,learned,verified")
+    parser.add_argument("--rate", type=float, default=800.0, help="Probes/s per agent.")
     args = parser.parse_args(argv)
     fabric = generate(
         "leaf-spine",
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for mode in args.modes.split(","):
         with tempfile.TemporaryDirectory(prefix="c4p-agent-bench-") as tmp:
-            rows.append(run_mode(fabric, mode, args.qps, Path(tmp)))
+            rows.append(run_mode(fabric, mode, args.qps, Path(tmp), args.rate))
         print(json.dumps(rows[-1]))
     return 0
 
