@@ -491,6 +491,6 @@ def test_agents_connect_over_mtls_and_the_certificate_name_can_be_required(
                 assert _wait_state(daemon, run, expect)
                 assert status.sessions == 1
             else:  # the client certificate is "c4p-controller", not host h0000
-                assert wait_until(lambda s=status: "PERMISSION_DENIED" in s.last_error)  # type: ignore[misc]
+                assert wait_until(lambda s=status: "PERMISSION_DENIED" in s.last_error)
                 assert "not host 'h0000'" in status.last_error
                 assert not daemon.executor.active

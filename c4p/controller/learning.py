@@ -151,6 +151,10 @@ class PortLearner:
         if finding not in found:
             found.append(finding)
 
+    def waiting(self, pair: tuple[int, int]) -> bool:
+        """True while probes asked for this NIC pair have not come back."""
+        return pair in self._pending
+
     def black_hole(self, exact: Exact) -> str | None:
         return self._holes.get(exact)
 
@@ -287,7 +291,7 @@ class PortLearner:
     ) -> BindingIssue:
         """An unbound QP waiting for probes says so (it is held back, not lost)."""
         where = planned.get((issue.job, issue.communicator, issue.connection, issue.qp))
-        if issue.kind is IssueKind.UNBOUND and where is not None and where[:2] in self._pending:
+        if issue.kind is IssueKind.UNBOUND and where is not None and self.waiting(where[:2]):
             return issue.model_copy(
                 update={"reason": "waiting for probes of the planned path (held back until seen)"}
             )
@@ -424,7 +428,7 @@ class LearningPorts:
         """Paths probes have shown, for a fallback; none while probes for the pair are out
         (a QP waits for its planned path rather than moving twice)."""
         with self.learner.lock:
-            if (src, dst) in self.learner._pending:
+            if self.learner.waiting((src, dst)):
                 return {}
             agents = self.learner.agent_hosts()
             key = self.table.key_of(src, dst)
