@@ -75,8 +75,9 @@ class Binding(_Frozen):
     epoch: int = Field(ge=0)
     rate: float = Field(default=1.0, gt=0)
     verified: bool = False
-    """True only when a probe (a trusted learned-table entry) showed this port take ``path``:
-    the hash model alone never sets it."""
+    """True only when a probe (a trusted learned-table entry) showed this port take ``path``,
+    or when the NIC pair has a single path (no switch on the way has a choice, so no hash
+    decides): the hash model alone never sets it."""
 
     @model_validator(mode="after")
     def _label_gives_port(self) -> Self:

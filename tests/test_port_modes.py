@@ -141,8 +141,15 @@ def test_verified_mode_finds_mismatches_and_rebinds_from_the_probes(tmp_path: Pa
     with controller_with_agents(
         tmp_path, "verified", HOSTS[:2], lambda: ModeledProber(network)
     ) as (service, _):
-        mirror, decisions, _ = run_job(service, HOSTS[:2], all_verified)
+        seen: list[Any] = []
+
+        def done(m: BindingMirror) -> bool:
+            seen.extend(m.issues)
+            return all_verified(m)
+
+        mirror, decisions, _ = run_job(service, HOSTS[:2], done)
         assert off_path(network, mirror) == 0
+        assert any(i.kind == Kind.KIND_MISMATCH for i in seen)  # told in the job's stream
         findings = [f for d in decisions for f in d.probe_findings]
         assert any("re-bound from the probes" in f for f in findings), findings
         assert any(d.ports_mode == "verified" for d in decisions)
