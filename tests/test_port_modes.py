@@ -256,3 +256,75 @@ def test_a_link_failure_reprobes_and_rebinds_on_seen_paths(tmp_path: Path) -> No
                 assert runtime.probe_worker.traces > before  # re-probed after the event
             finally:
                 watch.stop()
+
+
+def test_serve_as_a_process_on_a_unix_socket_learns_ports_from_agents(tmp_path: Path) -> None:
+    """``c4p serve`` itself (a child process) on ``unix:/path``, as in the lab, with agents."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    import yaml
+
+    from c4p.files import save_fabric
+
+    network = real_network(FABRIC)
+    short = tempfile.mkdtemp(prefix=f"c4p-serve-{os.getpid()}-")  # sun_path is 108 bytes
+    endpoint = f"unix:{short}/c.sock"
+    save_fabric(FABRIC, tmp_path / "fabric.json")
+    config = tmp_path / "controller.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "fabric": {"path": "fabric.json"},
+                "listen": {"address": endpoint, "grace_s": 0.5},
+                "store": {"path": "c4p.db", "synchronous": "normal"},
+                "auth": {"admin": [{"value": "test-admin-token-0123456789"}]},
+                "metrics": {"address": None},
+                "logging": {"level": "warning"},
+                "agents": agents_section(HOSTS[:2]),
+            }
+        ),
+        encoding="utf-8",
+    )
+    ready = tmp_path / "ready"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "c4p.cli.serve", "-c", str(config), "--ready-file", str(ready)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_until(lambda: ready.exists() or child.poll() is not None, 60)
+        assert child.poll() is None and ready.read_text().strip() == endpoint
+        with agents_running() as runner:
+            daemons = [
+                runner.add(agent_config(FABRIC, h, endpoint), lambda: ModeledProber(network))
+                for h in HOSTS[:2]
+            ]
+            mirror, decisions, _ = run_job(_Address(endpoint), HOSTS[:2], all_verified)
+            assert off_path(network, mirror) == 0
+            assert decisions[0].ports_mode == "learned"
+            assert sum(d.executor.probes_run for d in daemons) > 0
+    finally:
+        if child.poll() is None:
+            child.terminate()
+        child.wait(30)
+        shutil.rmtree(short, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Address:
+    address: str
+
+
+def test_learned_or_verified_ports_need_agents_configured(tmp_path: Path) -> None:
+    import pytest
+
+    from c4p.service.embedded import embedded_config
+
+    with pytest.raises(ValueError, match="ports.mode: 'verified' needs host agents"):
+        embedded_config(FABRIC, tmp_path, ports={"mode": "verified"})
+    with pytest.raises(ValueError, match="unix:/absolute/path"):
+        embedded_config(FABRIC, tmp_path, listen={"address": "unix:relative.sock"})
