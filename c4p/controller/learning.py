@@ -66,6 +66,12 @@ class PortsSettings(BaseModel):
     scope: Scope = Field(default=Scope.PAIR, description="pair | leaf-pair (see PathTable).")
     attempts: int = Field(default=3, ge=1, le=20, description="Probe rounds per want.")
     max_probes_per_round: int = Field(default=50_000, ge=1, description="Traces per round.")
+    max_traces_per_key: int = Field(
+        default=512,
+        ge=1,
+        description="Traces a round may spend per NIC pair (a path no port takes, or a black "
+        "hole, must not cost all 16,384 ports).",
+    )
 
 
 Exact = tuple[int, int, int]
@@ -186,13 +192,19 @@ class PortLearner:
         with self.lock:
             planner = ProbePlanner(self.table, _Unlocked(prober, self.lock))
             cover = {k: set(m) for k, m in wants.cover.items()}
-            budget = self.settings.max_probes_per_round
+            settings = self.settings
+
+            def budget(keys: int, extra: int = 0) -> int:
+                per_key = settings.max_traces_per_key * max(1, keys) + extra
+                return min(settings.max_probes_per_round, per_key)
+
             for invalidation in wants.invalidations:
                 # Re-trace exactly the stale entries; re-cover only the planned paths.
                 only = {k: cover.get(k, set()) for k in invalidation.keys}
-                report.add(planner.reprobe(invalidation, only=only, budget=budget))
+                spend = budget(len(only), 4 * len(invalidation.stale))
+                report.add(planner.reprobe(invalidation, only=only, budget=spend))
             if cover:
-                report.add(planner.cover(only=cover, budget=budget))
+                report.add(planner.cover(only=cover, budget=budget(len(cover))))
             self._exact(planner, wants.exact, report)
             self.traces += report.traces
             self.rounds += 1
