@@ -494,3 +494,84 @@ def test_agents_connect_over_mtls_and_the_certificate_name_can_be_required(
                 assert wait_until(lambda s=status: "PERMISSION_DENIED" in s.last_error)
                 assert "not host 'h0000'" in status.last_error
                 assert not daemon.executor.active
+
+
+# -- a host network namespace (real kernel) -----------------------------------------------------
+
+
+def _netns_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "creating a network namespace needs root"
+    if shutil.which("ip") is None:
+        return "iproute2 (ip) is not installed"
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_netns_reason() is not None, reason=_netns_reason() or "")
+def test_an_agent_in_a_host_namespace_checks_its_kernel_and_reaches_the_controller(
+    tmp_path: Path, unix_endpoint: str
+) -> None:
+    """As in the lab: the agent runs inside the host's network namespace, its port address is
+    checked against *that* kernel, and it reaches the controller through a Unix socket."""
+    import secrets
+    import signal
+    import subprocess
+    import sys
+
+    from c4p.files import save_fabric
+    from topology.generators import generate
+
+    fabric = generate(
+        "leaf-spine",
+        leaves=2,
+        spines=2,
+        hosts_per_leaf=1,
+        nics_per_host=1,
+        addresses={"nic_network": "198.18.0.0/16", "mgmt_network": "198.19.0.0/16"},
+    )
+    port = fabric.index.ports[0]
+    host = port.host.name
+    namespace = f"c4pa-{os.getpid() % 100000}-{secrets.token_hex(2)}"
+    save_fabric(fabric, tmp_path / "fabric.json")
+    config = tmp_path / "agent.yaml"
+    config.write_text(
+        f"host: {host}\ncontrollers: ['{unix_endpoint}']\ntoken: {{value: {AGENT_TOKEN}}}\n"
+        f"ports: [{{port: '{host}:{port.port.name}', interface: c4pnic0, "
+        f"address: {port.port.address}}}]\nreconnect: {{initial_s: 0.05, max_s: 0.5}}\n",
+        encoding="utf-8",
+    )
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+    command = [sys.executable, "-c", "from c4p.cli import main; main()", "agent", "-c", str(config)]
+    prober = ["--prober", f"modeled:{tmp_path / 'fabric.json'}"]
+    ip("netns", "add", namespace)
+    child: subprocess.Popen[bytes] | None = None
+    try:
+        # A veth pair with both ends inside (no dummy driver everywhere); nothing leaves.
+        ip("-n", namespace, "link", "add", "c4pnic0", "type", "veth", "peer", "name", "c4pnic1")
+        ip("-n", namespace, "addr", "add", f"{port.port.address}/24", "dev", "c4pnic0")
+        ip("-n", namespace, "link", "set", "c4pnic0", "up")
+        # Outside the namespace this host has no such interface: refused before starting.
+        outside = subprocess.run([*command, *prober, "--check"], capture_output=True, timeout=60)
+        assert outside.returncode == 2 and b"no interface 'c4pnic0'" in outside.stderr
+        listen = {"address": unix_endpoint, "grace_s": 0.5}
+        agents = agents_section([host])
+        with serving(fabric, tmp_path / "svc", agents=agents, listen=listen) as service:
+            hub = service.runtime.agents if service.runtime else None
+            assert hub is not None
+            child = subprocess.Popen(
+                ["ip", "netns", "exec", namespace, *command, *prober],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            assert wait_until(lambda: hub.hosts() == {host}, 60)
+            child.send_signal(signal.SIGTERM)
+            assert child.wait(30) == 0
+    finally:
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait(10)
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=10)
