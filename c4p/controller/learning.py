@@ -120,6 +120,8 @@ class PortLearner:
         self._pending: set[tuple[int, int]] = set()  # (src, dst) waiting for probes
         self._holes: dict[Exact, str] = {}
         self._findings: dict[tuple[int, int, Middle], list[Finding]] = {}
+        self._pair_findings: dict[tuple[int, int], list[Finding]] = {}
+        self._notes: list[str] = []
         self.traces = 0
         self.rounds = 0
 
@@ -160,6 +162,12 @@ class PortLearner:
     def waiting(self, pair: tuple[int, int]) -> bool:
         """True while probes asked for this NIC pair have not come back."""
         return pair in self._pending
+
+    def find_pair_finding(self, src: int, dst: int, finding: Finding) -> None:
+        """A finding about a port of a NIC pair (its QPs in this step get the issue)."""
+        found = self._pair_findings.setdefault((src, dst), [])
+        if finding not in found:
+            found.append(finding)
 
     def black_hole(self, exact: Exact) -> str | None:
         return self._holes.get(exact)
@@ -242,10 +250,14 @@ class PortLearner:
                 node = book.node(address)
                 who = index.node_names[node] if node is not None else str(address)
                 what = "host" if code == 1 else "net"
-                self._holes[(src, dst, probe.sport)] = (
+                exact = (src, dst, probe.sport)
+                text = (
                     f"black hole: port {probe.sport:#06x} from {index.node_names[src]} to "
                     f"{index.node_names[dst]} answered '{what} unreachable' by {who} at TTL {ttl}"
                 )
+                if exact not in self._holes:
+                    self._notes.append(text)  # for the decision log even if no QP uses it
+                self._holes[exact] = text
 
     # -- after binding ------------------------------------------------------------------------
 
@@ -290,9 +302,14 @@ class PortLearner:
             for key, where in planned.items():
                 for finding in self._findings.get(where, ()):
                     issues.append(_issue_for(key, finding))
-            for found in self._findings.values():
+                for finding in self._pair_findings.get(where[:2], ()):
+                    issues.append(_issue_for(key, finding))
+            for found in (*self._findings.values(), *self._pair_findings.values()):
                 notes.extend(f.text for f in found)
+            notes.extend(self._notes)
+            self._notes.clear()
             self._findings.clear()
+            self._pair_findings.clear()
             issues = [self._explain(i, planned) for i in issues]
             out = bset.model_copy(update={"bindings": tuple(bindings), "issues": tuple(issues)})
             header = f"ports {self.mode.value}: {verified}/{len(bindings)} bindings seen by probes"
@@ -466,7 +483,9 @@ class LearningPorts:
             agents = self.learner.agent_hosts()
             out: list[Middle | None] = []
             for s, d, p in zip(src, dst, sports, strict=True):
-                if self.learner.black_hole((s, d, p)) is not None:
+                hole = self.learner.black_hole((s, d, p))
+                if hole is not None:  # a port in force now dies on the way: say so, re-bind
+                    self.learner.find_pair_finding(s, d, Finding(IssueKind.BLACK_HOLE, hole))
                     out.append(None)
                     continue
                 seen = self.table.middle_of_port(self.table.key_of(s, d), p)
