@@ -125,6 +125,7 @@ class ControllerSession:
     def _set(self, state: SessionState) -> None:
         self.status.state = state
         self.status.history.append(state)
+        del self.status.history[:-100]  # the recent ones: an agent may reconnect for months
         if self._changed is not None:
             asyncio.get_running_loop().create_task(self._notify())
 
