@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 from c4p.controller.intake import IntakeLimits
 from c4p.controller.learning import PortMode, PortsSettings
 from c4p.controller.loop import LoopSettings
+from c4p.controller.modes import RolloutSettings
 from c4p.controller.reconcile import PlannerSettings
 from c4p.controller.triggers import FlapSettings
 from c4p.files import load_model, read_text
@@ -246,6 +247,7 @@ class ServeConfig(Strict):
     planner: PlannerSettings = PlannerSettings()
     controller: LoopSettings = LoopSettings()
     flap: FlapSettings = FlapSettings()
+    rollout: RolloutSettings = RolloutSettings()
     limits: LimitsConfig = LimitsConfig()
     metrics: MetricsConfig = MetricsConfig()
     logging: LoggingConfig = LoggingConfig()

@@ -38,4 +38,12 @@ def test_intent_fields_are_spelled_like_the_models() -> None:
     conn = set(intents_pb2.ConnectionIntent.DESCRIPTOR.fields_by_name)
     assert conn - {"src_nic", "dst_nic"} <= set(ConnectionSpec.model_fields)
     register = set(flow_intent_pb2.RegisterJobRequest.DESCRIPTOR.fields_by_name)
-    assert register == {"job_id", "tenant", "priority", "hosts", "ranks", "request_id"}
+    assert register == {
+        "job_id",
+        "tenant",
+        "priority",
+        "hosts",
+        "ranks",
+        "request_id",
+        "control_mode",
+    }

@@ -19,6 +19,7 @@ from c4p.cli.evaluate import evaluate_cmd
 from c4p.cli.fabric import fabric_app
 from c4p.cli.jobs import jobs_app
 from c4p.cli.plan import plan_cmd
+from c4p.cli.report import report_cmd
 from c4p.cli.serve import serve
 
 app = typer.Typer(
@@ -36,6 +37,7 @@ app.command("plan")(plan_cmd)
 app.command("evaluate")(evaluate_cmd)
 app.command("bench")(bench_cmd)
 app.command("agent")(agent_cmd)
+app.command("report")(report_cmd)
 
 __all__ = ["app", "main"]
 

@@ -19,9 +19,10 @@ import grpc
 
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
-from c4p.client.mirror import BindingChange, BindingMirror, OnChange
+from c4p.client.mirror import BindingChange, BindingMirror, OnChange, control_mode_name
 from c4p.client.sync import Backoff
 from c4p.client.wire import FLOW, ApiError, ClientTls, auth, secure_aio_channel
+from c4p.client.wire import control_mode as control_mode_pb
 
 R = TypeVar("R")
 
@@ -84,6 +85,7 @@ class AsyncFlowIntentClient:
         tenant: str = "",
         priority: int = 0,
         request_id: str | None = None,
+        control_mode: str | None = None,
     ) -> AsyncJobSession:
         request = fi.RegisterJobRequest(
             job_id=job_id,
@@ -92,6 +94,7 @@ class AsyncFlowIntentClient:
             hosts=list(hosts),
             ranks=[pb.RankPlacement(rank=r, host=h, nic=n) for r, h, n in ranks],
             request_id=request_id or uuid.uuid4().hex,
+            control_mode=control_mode_pb(control_mode),
         )
         metadata = auth(self.register_token)
         reply: fi.RegisterJobResponse = await retrying(
@@ -100,7 +103,9 @@ class AsyncFlowIntentClient:
             ),
             self.attempts,
         )
-        return AsyncJobSession(self, reply.job_id, reply.token, list(reply.ranks))
+        session = AsyncJobSession(self, reply.job_id, reply.token, list(reply.ranks))
+        session.control_mode = control_mode_name(reply.control_mode)
+        return session
 
     def session(self, job_id: str, token: str) -> AsyncJobSession:
         return AsyncJobSession(self, job_id, token, [])
@@ -130,6 +135,7 @@ class AsyncJobSession:
         self.job_id = job_id
         self.token = token
         self.ranks = ranks
+        self.control_mode = "active"
 
     async def submit(
         self, communicators: Sequence[pb.CommunicatorIntent], withdraw: Sequence[str] = ()

@@ -29,15 +29,20 @@ class EmulatedTransport:
     labels: dict[QpId, int] = field(default_factory=dict)
     applied: int = 0
     withdrawn: int = 0
+    defaulted: int = 0
+    """QPs put back on their default port (flow label 0) by a change of control mode."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, change: BindingChange) -> None:
         b = change.binding
         with self._lock:
-            if change.action is Action.WITHDRAW:
-                self.ports.pop(b.id, None)
+            if change.action in (Action.WITHDRAW, Action.DEFAULT):
+                self.ports.pop(b.id, None)  # the kernel's own port: flow label 0
                 self.labels.pop(b.id, None)
-                self.withdrawn += 1
+                if change.action is Action.DEFAULT:
+                    self.defaulted += 1
+                else:
+                    self.withdrawn += 1
                 return
             self.ports[b.id] = b.udp_sport
             self.labels[b.id] = b.flow_label

@@ -5,9 +5,10 @@ large update may come in parts. The mirror assembles parts, applies each update 
 remembers the epoch (the resume point after a reconnect) and calls the plugin back once per QP
 that must change: ``apply`` (set the flow label at INIT->RTR, or
 ``mlx5dv_modify_qp_udp_sport`` on a live QP) or ``withdraw`` (the intent or the whole job is
-gone: the QP may go back to the kernel's default label). A full set after a reconnect only calls
-back for QPs whose binding differs from what the mirror held, so resuming never re-applies
-ports needlessly.
+gone: the QP may go back to the kernel's default label) or ``default`` (the job's control mode
+left ``active``: put the QP back on its default port, flow label 0, at once). A full set after a
+reconnect only calls back for QPs whose binding differs from what the mirror held, so resuming
+never re-applies ports needlessly.
 
 Fail-static lives here too: a broken stream changes nothing in the mirror; the plugin keeps
 every port it applied until the controller says otherwise.
@@ -81,6 +82,20 @@ class AppliedBinding:
 class Action(StrEnum):
     APPLY = "apply"
     WITHDRAW = "withdraw"
+    DEFAULT = "default"
+    """Back to the default port: flow label 0 at INIT->RTR; on a live QP, the port the kernel
+    derives from label 0 (``rdma_calc_flow_label(lqpn, rqpn)``). The job left control mode
+    ``active`` (``off`` or ``shadow``); every QP it held comes in one update."""
+
+
+def control_mode_name(value: int) -> str:
+    """``CONTROL_MODE_SHADOW`` -> ``"shadow"``; UNSPECIFIED (an older server) -> ``"active"``."""
+    if value == pb.CONTROL_MODE_UNSPECIFIED:
+        return "active"
+    try:
+        return str(pb.ControlMode.Name(value)).removeprefix("CONTROL_MODE_").lower()
+    except ValueError:
+        return f"<unknown {value}>"
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,8 @@ class BindingMirror:
         self.updates = 0
         self.applied = 0
         self.withdrawn = False
+        self.control_mode = "active"
+        """The job's control mode as of :attr:`epoch` (off, shadow, active)."""
         self._parts: list[fi.BindingUpdate] = []
         self._cond = threading.Condition()
 
@@ -128,6 +145,8 @@ class BindingMirror:
         with self._cond:
             epoch = last.epoch
             released = last.state == pb.INTENT_STATE_WITHDRAWN
+            mode = control_mode_name(last.control_mode)
+            back = Action.DEFAULT if mode != "active" and not released else Action.WITHDRAW
             if released:  # the job is gone: every binding is withdrawn
                 incoming = {}
                 gone = list(self.bindings)
@@ -140,7 +159,7 @@ class BindingMirror:
             for key in gone:
                 old = self.bindings.pop(key, None)
                 if old is not None:
-                    changes.append(BindingChange(Action.WITHDRAW, old, epoch))
+                    changes.append(BindingChange(back, old, epoch))
             for key, binding in incoming.items():
                 old = self.bindings.get(key)
                 self.bindings[key] = binding
@@ -151,6 +170,7 @@ class BindingMirror:
             self.state = last.state
             self.issues = list(last.issues)
             self.withdrawn = released
+            self.control_mode = mode
             self.updates += 1
             self.applied += len(changes)
             self._cond.notify_all()

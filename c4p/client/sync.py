@@ -29,8 +29,9 @@ import grpc
 from c4p.api.v1 import admin_pb2 as admin
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
-from c4p.client.mirror import BindingMirror, OnChange
+from c4p.client.mirror import BindingMirror, OnChange, control_mode_name
 from c4p.client.wire import ADMIN, FLOW, ApiError, ClientTls, auth, secure_channel
+from c4p.client.wire import control_mode as control_mode_pb
 
 R = TypeVar("R")
 
@@ -115,6 +116,7 @@ class FlowIntentClient:
         tenant: str = "",
         priority: int = 0,
         request_id: str | None = None,
+        control_mode: str | None = None,
     ) -> JobSession:
         """Register a job by hosts (every NIC a rank) or by (rank, host, nic) triples."""
         request = fi.RegisterJobRequest(
@@ -124,6 +126,7 @@ class FlowIntentClient:
             hosts=list(hosts),
             ranks=[pb.RankPlacement(rank=r, host=h, nic=n) for r, h, n in ranks],
             request_id=request_id or uuid.uuid4().hex,
+            control_mode=control_mode_pb(control_mode),
         )
         metadata = auth(self.register_token)
         reply: fi.RegisterJobResponse = retrying(
@@ -132,7 +135,9 @@ class FlowIntentClient:
             ),
             self.attempts,
         )
-        return JobSession(self, reply.job_id, reply.token, list(reply.ranks))
+        session = JobSession(self, reply.job_id, reply.token, list(reply.ranks))
+        session.control_mode = control_mode_name(reply.control_mode)
+        return session
 
     def session(self, job_id: str, token: str) -> JobSession:
         """A session for a job registered elsewhere (another process of the same job)."""
@@ -163,6 +168,8 @@ class JobSession:
         self.job_id = job_id
         self.token = token
         self.ranks = ranks
+        self.control_mode = "active"
+        """The job's control mode when it registered (the stream tells of later changes)."""
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
@@ -286,6 +293,8 @@ class AdminClient:
         self._restore = _unary(ch, ADMIN + "RestoreLink", admin.LinkChangeResponse)
         self._replan = _unary(ch, ADMIN + "Replan", admin.ReplanResponse)
         self._log = _unary(ch, ADMIN + "GetDecisionLog", admin.GetDecisionLogResponse)
+        self._set_mode = _unary(ch, ADMIN + "SetControlMode", admin.SetControlModeResponse)
+        self._rollback = _unary(ch, ADMIN + "RollbackAll", admin.RollbackAllResponse)
 
     def _call(self, stub: Any, request: Any) -> Any:
         try:
@@ -330,6 +339,34 @@ class AdminClient:
     def decisions(self, limit: int = 50, before: int = 0) -> list[pb.Decision]:
         request = admin.GetDecisionLogRequest(limit=limit, before_sequence=before)
         return list(self._call(self._log, request).decisions)
+
+    def decision_log(self, page: int = 1000, most: int = 100_000) -> list[pb.Decision]:
+        """The whole decision log (at most ``most`` entries), oldest first, page by page."""
+        out: list[pb.Decision] = []
+        before = 0
+        while len(out) < most:
+            batch = self.decisions(min(page, most - len(out)), before)
+            out.extend(batch)
+            if len(batch) < page or not batch:
+                break
+            before = int(batch[-1].sequence)
+        return out[::-1]
+
+    def set_control_mode(
+        self, job_id: str, mode: str | None, wait: bool = True
+    ) -> admin.SetControlModeResponse:
+        """Pin a job's control mode (off, shadow, active), or ``None`` to follow the policy."""
+        request = admin.SetControlModeRequest(job_id=job_id, mode=control_mode_pb(mode), wait=wait)
+        reply: admin.SetControlModeResponse = self._call(self._set_mode, request)
+        return reply
+
+    def rollback_all(
+        self, reason: str = "", *, clear: bool = False, wait: bool = True
+    ) -> admin.RollbackAllResponse:
+        """Every job to ``off`` (new ones too) until cleared with ``clear=True``; durable."""
+        request = admin.RollbackAllRequest(reason=reason, clear=clear, wait=wait)
+        reply: admin.RollbackAllResponse = self._call(self._rollback, request)
+        return reply
 
     def close(self) -> None:
         self.channel.close()

@@ -133,6 +133,16 @@ def _enum(prefix: str, text: str | None) -> str | None:
     return None if text is None else prefix + text.upper().replace("-", "_")
 
 
+def control_mode(text: str | None) -> str:
+    """``"shadow"`` -> ``"CONTROL_MODE_SHADOW"``; ``None``: UNSPECIFIED (follow the policy).
+    An unknown name is a ``ValueError`` naming the choices."""
+    if text is None:
+        return "CONTROL_MODE_UNSPECIFIED"
+    if text not in ("off", "shadow", "active"):
+        raise ValueError(f"control mode {text!r}: one of off, shadow, active")
+    return "CONTROL_MODE_" + text.upper()
+
+
 def connection(
     src: int | str, dst: int | str, *, qps: int | None = None, rate: float | None = None
 ) -> pb.ConnectionIntent:

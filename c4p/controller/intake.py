@@ -32,7 +32,15 @@ from c4p.controller.errors import (
     Problem,
 )
 from c4p.controller.state import ControllerState, placement_problems, placement_spec
-from c4p.store.base import CommunicatorRecord, JobRecord, LinkOverride, Store
+from c4p.store.base import (
+    CommunicatorRecord,
+    ControlMode,
+    JobRecord,
+    LinkOverride,
+    ModeSource,
+    RollbackRecord,
+    Store,
+)
 from solver.errors import JobError
 from solver.jobs import CommunicatorSpec, JobsFile, JobSpec, RankNic, find_job_problems, job_ranks
 from solver.patterns import derive_workload
@@ -120,9 +128,18 @@ class Intake:
     # -- jobs ------------------------------------------------------------------------------------
 
     def register(self, fields: Mapping[str, Any]) -> Registered:
-        """Register a job from ``job_id, tenant, priority, hosts | ranks, request_id``."""
+        """Register a job from ``job_id, tenant, priority, hosts | ranks, request_id`` and an
+        optional ``control_mode`` (off, shadow, active; absent: the rollout policy)."""
         problems: list[Problem] = []
         tenant, request_id = str(fields.get("tenant", "")), str(fields.get("request_id", ""))
+        control: ControlMode | None = None
+        raw_mode = fields.get("control_mode")
+        if raw_mode is not None:
+            try:
+                control = ControlMode(raw_mode)
+            except ValueError:
+                choices = ", ".join(m.value for m in ControlMode)
+                problems.append(("control_mode", f"{raw_mode!r} is not one of {choices}"))
         if len(tenant) > 64:
             problems.append(("tenant", f"at most 64 characters, got {len(tenant)}"))
         if len(request_id) > 128:
@@ -141,7 +158,9 @@ class Intake:
             raise InvalidRequest(problems + _located("", exc, top=True)) from None
         if problems:
             raise InvalidRequest(problems)
-        content = (spec.id, tenant, spec.priority, spec.hosts, spec.ranks)
+        content: tuple[Any, ...] = (spec.id, tenant, spec.priority, spec.hosts, spec.ranks)
+        if control is not None:  # only then: digests of retries from older clients still match
+            content += (control.value,)
         digest = _digest(content)
         fabric = self.state.fabric
         with self.state.lock:
@@ -164,6 +183,7 @@ class Intake:
                 digest=digest,
                 registered_at=self.clock(),
                 registered_epoch=self.state.epoch,
+                control=control,
             )
             found = placement_problems(fabric, record)
             if found:
@@ -398,6 +418,34 @@ class Intake:
             )
             for c in order
         ]
+
+    # -- control modes ---------------------------------------------------------------------------
+
+    def set_control(self, job_id: str, mode: ControlMode | None) -> tuple[bool, int]:
+        """An operator pins a job's mode (``None``: back to the policy); returns whether that
+        changed the pin and the revision to wait for."""
+        if not job_id:
+            raise InvalidRequest("name a job", "job_id")
+        with self.state.lock:
+            entry = self.state.jobs.get(job_id)
+            if entry is None:
+                raise NotFound(f"job {job_id!r} is not registered", "job_id")
+            by = ModeSource.OPERATOR if mode is not None else ModeSource.JOB
+            record = entry.record
+            if record.control is mode and (mode is None or record.control_by is by):
+                return False, self.state.revision
+            new = record.model_copy(update={"control": mode, "control_by": by})
+            return True, self.state.set_control(self.store, new)
+
+    def rollback(self, engage: bool, reason: str) -> tuple[bool, int]:
+        """Engage (or clear) the rollback of every job to ``off``; durable."""
+        if len(reason) > 256:
+            raise InvalidRequest(f"at most 256 characters, got {len(reason)}", "reason")
+        with self.state.lock:
+            if (self.state.rollback is not None) is engage:
+                return False, self.state.revision
+            record = RollbackRecord(reason=reason, at=self.clock()) if engage else None
+            return True, self.state.set_rollback(self.store, record)
 
     # -- links -----------------------------------------------------------------------------------
 

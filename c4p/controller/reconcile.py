@@ -18,10 +18,17 @@ The step, in order:
    so clients' telemetry stays true, but the client calls its plugin back only when the port or
    label differs. A QP left unbound keeps its binding in force: **fail-static** — the data
    plane keeps forwarding it somewhere rather than nowhere.
-5. Predicted bus bandwidth per job on the paths the bindings realize (``solver.evaluate``).
+5. Predicted bus bandwidth per job on the paths the bindings realize (``solver.evaluate``),
+   beside what every planned job would get on ECMP (kernel-chosen ports, ``solver.ecmp``),
+   and the links over line rate either way: the evidence of a staged rollout.
 6. :meth:`ControllerState.commit`: store first, then memory; a new epoch and a decision.
 
 Any exception in 2-5 is a *failed* decision: logged, nothing changes, the loop retries later.
+
+Control modes: ``off`` jobs are left out of the plan; ``shadow`` jobs are planned, bound and
+predicted with the active ones (so that activating one later moves nothing else), but their
+bindings go to the state's shadow set, not to the data plane; every binding a non-active job
+holds is withdrawn, which its stream shows as "back to the default ports".
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from c4p.controller.learning import LearningPorts
 from c4p.controller.state import ControllerState, PlanInputs, StepDraft
 from c4p.controller.triggers import Key, KeyKind, describe
 from c4p.store.base import (
+    ControlMode,
     DecisionRecord,
     DecisionResult,
     HeldBinding,
@@ -45,7 +53,9 @@ from c4p.store.base import (
     Store,
     StoreError,
 )
-from solver.evaluate import evaluate
+from solver.ecmp import ecmp_paths
+from solver.evaluate import OVER_TOLERANCE, evaluate
+from solver.evaluate import switch_resources as inner_resources
 from solver.flows import Connection, Workload
 from solver.jobs import JobsFile
 from solver.patterns import derive_workload
@@ -138,6 +148,9 @@ class Reconciler:
         self._snapshot_key: tuple[tuple[int, LinkStatus], ...] | None = None
         self._snapshot = state.fabric
         self._ports: PortSource | None = None
+        self._ecmp: dict[str, tuple[int, ...]] = {}
+        """ECMP path per flow id on the cached snapshot (a flow's QP numbers, hence its
+        kernel port, depend only on its id and the seed), so a re-plan forwards new flows only."""
         with state.lock:
             held = {job: dict(b) for job, b in state.held.items()}
         self._previous = previous_plan(state.fabric, held)
@@ -154,11 +167,13 @@ class Reconciler:
             self._snapshot = base.with_link_status(changes) if changes else base
             self._ports = self._ports_for(self._snapshot)
             self._snapshot_key = key
+            self._ecmp = {}
         return self._snapshot, self._ports
 
     def step(self, now: float, keys: Sequence[Key]) -> StepOutcome | None:
         """One reconcile step at wall time ``now``; ``None`` when nothing needed doing."""
         inputs = self.state.plan_inputs(now)
+        off = tuple(j.job_id for j in inputs.jobs if j.mode is ControlMode.OFF)
         force = any(k.force for k in keys)
         if inputs.fingerprint == inputs.last_fingerprint and not force:
             self.state.covered(inputs.revision)
@@ -175,6 +190,7 @@ class Reconciler:
             fingerprint=inputs.fingerprint,
             job_revisions={j.job_id: j.revision for j in inputs.jobs},
             jobs_on_links=tuple(self._jobs_on_links(keys)),
+            jobs_off=off,
         )
         try:
             draft, result = self._draft(inputs, base, epoch)
@@ -213,7 +229,9 @@ class Reconciler:
         self, inputs: PlanInputs, base: DecisionRecord, epoch: int
     ) -> tuple[StepDraft, Plan | None]:
         snapshot, ports = self.snapshot(inputs.link_status)
-        specs = tuple(j.spec for j in inputs.jobs if j.spec is not None)
+        specs = tuple(
+            j.spec for j in inputs.jobs if j.spec is not None and j.mode is not ControlMode.OFF
+        )
         started = time.perf_counter()
         workload: Workload | None = None
         result: Plan | None = None
@@ -236,7 +254,11 @@ class Reconciler:
                 fabric=snapshot.name,
                 epoch=inputs.epoch,
                 mode=SynthesisMode(ports.mode),
-                bindings=tuple(h.binding for held in inputs.held.values() for h in held.values()),
+                bindings=tuple(
+                    h.binding
+                    for held in (*inputs.held.values(), *inputs.shadow.values())
+                    for h in held.values()
+                ),
             )  # bindings keep the epoch that set each of them, so the set mixes epochs
             routes = routes_from_flows(result.flows, result.paths)
             bset = bindings_for_paths(snapshot, routes, epoch, previous=previous, source=ports)
@@ -248,8 +270,10 @@ class Reconciler:
         draft = self._diff(inputs, workload, bound, epoch)
         predictions: dict[str, JobPredictionRecord] = {}
         hottest: tuple[str, ...] = ()
+        over: tuple[int, int] = (0, 0)
         if workload is not None and self.settings.predict:
-            predictions, hottest = self._predict(snapshot, workload, inputs, draft)
+            moved = result.moved if result is not None else ()
+            predictions, hottest, over = self._predict(snapshot, workload, inputs, draft, moved)
         decision = base
         if result is not None:
             decision = base.model_copy(
@@ -278,6 +302,9 @@ class Reconciler:
                 "probe_findings": probe_notes,
                 "predictions": tuple(predictions[j] for j in sorted(predictions)),
                 "hottest": hottest,
+                "links_over_ecmp": over[0],
+                "links_over_planned": over[1],
+                "ecmp_seed": self.settings.seed,
             }
         )
         issues = {job: tuple(found) for job, found in issues_by_job.items()}
@@ -289,6 +316,7 @@ class Reconciler:
                 removals=draft.removals,
                 issues=issues,
                 predictions=predictions,
+                shadow=draft.shadow,
             ),
             result,
         )
@@ -303,21 +331,28 @@ class Reconciler:
         """Per job: what to push and what to withdraw."""
         conns: dict[tuple[str, str, int], Connection] = {}
         wanted: dict[str, set[QpKey]] = {}
+        modes = {j.job_id: j.mode for j in inputs.jobs}
         if workload is not None:
             conns = {(c.job, c.communicator, c.index): c for c in workload.connections}
             for f in workload.flows:
-                wanted.setdefault(f.job, set()).add((f.job, f.communicator, f.connection, f.qp))
-        diff = _Diff({}, {}, {})
+                if modes.get(f.job) is ControlMode.ACTIVE:  # only these hold bindings in force
+                    wanted.setdefault(f.job, set()).add((f.job, f.communicator, f.connection, f.qp))
+        diff = _Diff({}, {}, {}, {}, {})
         for b in bound:
-            held = inputs.held.get(b.job, {})
             c = conns[(b.job, b.communicator, b.connection)]
-            old = held.get(b.key)
             fresh = HeldBinding(
                 binding=b, src_rank=c.src_rank, dst_rank=c.dst_rank, channel=c.channel
             )
             diff.bound[b.key] = fresh
+            if modes.get(b.job) is ControlMode.SHADOW:
+                diff.shadow.setdefault(b.job, {})[b.key] = fresh
+                old = inputs.shadow.get(b.job, {}).get(b.key)
+            else:
+                old = inputs.held.get(b.job, {}).get(b.key)
             if old is None or not _unchanged(old, fresh):
-                diff.upserts.setdefault(b.job, []).append(fresh)
+                diff.pushed[b.job] = diff.pushed.get(b.job, 0) + 1
+                if modes.get(b.job) is ControlMode.ACTIVE:
+                    diff.upserts.setdefault(b.job, []).append(fresh)
         for job in inputs.jobs:
             keep = wanted.get(job.job_id, set())
             gone = [k for k in inputs.held.get(job.job_id, {}) if k not in keep]
@@ -326,10 +361,17 @@ class Reconciler:
         return diff
 
     def _predict(
-        self, snapshot: Fabric, workload: Workload, inputs: PlanInputs, diff: _Diff
-    ) -> tuple[dict[str, JobPredictionRecord], tuple[str, ...]]:
+        self,
+        snapshot: Fabric,
+        workload: Workload,
+        inputs: PlanInputs,
+        diff: _Diff,
+        moved: Sequence[str],
+    ) -> tuple[dict[str, JobPredictionRecord], tuple[str, ...], tuple[int, int]]:
         """Max-min fair rates on the paths the bindings realize (unbound QPs: their binding
-        in force if any, else no path); and the hottest links, for the decision log."""
+        in force if any, else no path) and on ECMP paths (the kernel's ports for QP numbers
+        drawn from the planner's seed); per job and in all, the links over line rate either
+        way; and the hottest links, for the decision log."""
         index = snapshot.index
         paths: list[tuple[int, ...]] = []
         for f in workload.flows:
@@ -340,6 +382,18 @@ class Reconciler:
             except TopologyError:
                 paths.append(())
         evaluation = evaluate(snapshot, workload, paths, top=5)
+        ecmp = self._ecmp_paths(snapshot, workload)
+        baseline = evaluate(snapshot, workload, ecmp, top=1)
+        over_planned = over_line_rate(snapshot, workload, paths)
+        over_ecmp = over_line_rate(snapshot, workload, ecmp)
+        crossed_planned = _crossed(workload, paths, over_planned)
+        crossed_ecmp = _crossed(workload, ecmp, over_ecmp)
+        moved_by_job: dict[str, int] = {}
+        for flow_id in moved:
+            job = flow_id.partition("/")[0]
+            moved_by_job[job] = moved_by_job.get(job, 0) + 1
+        ecmp_busbw = {j.job: j.busbw_gbps or 0.0 for j in baseline.jobs}
+        modes = {j.job_id: j.mode for j in inputs.jobs}
         hottest = tuple(f"{h.name}: {h.utilization:.2f}" for h in evaluation.hottest)
         predictions = {
             j.job: JobPredictionRecord(
@@ -348,11 +402,26 @@ class Reconciler:
                 line_rate_gbps=j.line_rate_gbps or 0.0,
                 busbw_fraction=j.busbw_fraction or 0.0,
                 slowest_communicator=j.slowest_communicator or "",
+                control=modes[j.job],
+                ecmp_busbw_gbps=ecmp_busbw.get(j.job, 0.0),
+                moved=moved_by_job.get(j.job, 0),
+                bindings_pushed=diff.pushed.get(j.job, 0),
+                links_over_ecmp=len(crossed_ecmp.get(j.job, ())),
+                links_over_planned=len(crossed_planned.get(j.job, ())),
             )
             for j in evaluation.jobs
             if j.busbw_fraction is not None
         }
-        return predictions, hottest
+        return predictions, hottest, (len(over_ecmp), len(over_planned))
+
+    def _ecmp_paths(self, snapshot: Fabric, workload: Workload) -> list[tuple[int, ...]]:
+        """Each flow's path under ECMP (``solver.ecmp.ecmp_paths``), new flows only."""
+        missing = [f for f in workload.flows if f.id not in self._ecmp]
+        if missing:
+            found = ecmp_paths(snapshot, missing, self.settings.seed)
+            self._ecmp.update(zip((f.id for f in missing), found.paths, strict=True))
+        self._ecmp = {f.id: self._ecmp[f.id] for f in workload.flows}  # released jobs go
+        return list(self._ecmp.values())
 
 
 def _unchanged(old: HeldBinding, new: HeldBinding) -> bool:
@@ -367,8 +436,56 @@ def _unchanged(old: HeldBinding, new: HeldBinding) -> bool:
     )
 
 
+def over_line_rate(
+    fabric: Fabric, workload: Workload, paths: Sequence[Sequence[int] | None]
+) -> set[int]:
+    """Switch-to-switch link directions whose *offered* load exceeds their line rate.
+
+    Offered load: every NIC port sends at its own line rate (the speed of its first link),
+    shared over the QPs leaving it in proportion to their ``rate``; a link direction is over
+    line rate when the QPs crossing it offer more than its speed. This is what "a collision"
+    means on the wire (two full-rate QPs on one link), independent of how the planner
+    normalizes load."""
+    index = fabric.index
+    share: dict[str, float] = {}
+    for f in workload.flows:
+        share[f.src] = share.get(f.src, 0.0) + f.rate
+    inner = {int(r) for r in inner_resources(fabric)}
+    offered: dict[int, float] = {}
+    for f, path in zip(workload.flows, paths, strict=True):
+        if not path:
+            continue
+        rate = float(index.res_capacity[path[0]]) * f.rate / share[f.src]
+        for r in path:
+            if r in inner:
+                offered[r] = offered.get(r, 0.0) + rate
+    return {
+        r
+        for r, load in offered.items()
+        if load > float(index.res_capacity[r]) * (1.0 + OVER_TOLERANCE)
+    }
+
+
+def _crossed(
+    workload: Workload, paths: Sequence[Sequence[int] | None], hot: set[int]
+) -> dict[str, set[int]]:
+    """Per job: the resources of ``hot`` its flows cross."""
+    out: dict[str, set[int]] = {}
+    if not hot:
+        return out
+    for f, path in zip(workload.flows, paths, strict=True):
+        found = hot.intersection(path or ())
+        if found:
+            out.setdefault(f.job, set()).update(found)
+    return out
+
+
 @dataclass
 class _Diff:
     upserts: dict[str, list[HeldBinding]]
     removals: dict[str, list[QpKey]]
     bound: dict[QpKey, HeldBinding]
+    shadow: dict[str, dict[QpKey, HeldBinding]]
+    """Per shadow job: its planned bindings (never pushed)."""
+    pushed: dict[str, int]
+    """Per job: QPs whose binding is pushed (active) or would be (shadow)."""

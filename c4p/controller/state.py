@@ -14,6 +14,13 @@ Each job goes through the ONOS-style :class:`IntentState` machine; each binding 
 epoch that set it and each withdrawn binding leaves a tombstone, so :meth:`update_since`
 answers "what changed for this job since epoch e" for any e after the compaction horizon. A
 reverse index (link -> jobs with QPs across it) answers "whom does this link touch".
+
+Control modes (:mod:`c4p.controller.modes`): each job's mode is resolved from its pin, the
+rollout policy and an operator's rollback (:meth:`ControllerState.mode_of`) when a step reads its
+inputs, so a mode change is planned like any other change. ``held`` holds only what is in force
+on the data plane (active jobs); a shadow job's bindings live in ``shadow`` (in memory: they
+never reach a data plane, and the next plan recomputes them). ``JobEntry.control`` is the mode
+of the last committed plan, which is what a job's stream shows.
 """
 
 from __future__ import annotations
@@ -24,16 +31,21 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
+from c4p.controller.modes import RolloutSettings, resolve
 from c4p.controller.triggers import FlapSettings, LinkTracker
 from c4p.store.base import (
     CommunicatorRecord,
+    ControlMode,
     DecisionRecord,
     EpochCommit,
     HeldBinding,
     JobPredictionRecord,
     JobRecord,
     LinkOverride,
+    ModeSource,
+    RollbackRecord,
     Store,
     StoredState,
 )
@@ -87,6 +99,8 @@ class JobEntry:
     event_epoch: int = 0
     """The last epoch that changed anything this job's streams show."""
     reason: str = ""
+    control: ControlMode = ControlMode.ACTIVE
+    """The control mode of the last committed plan (what the job's streams show)."""
 
     @property
     def state(self) -> IntentState:
@@ -121,6 +135,7 @@ class JobInput:
     incarnation: int
     revision: int
     spec: JobSpec | None
+    mode: ControlMode = ControlMode.ACTIVE
 
 
 @dataclass(frozen=True)
@@ -134,6 +149,7 @@ class PlanInputs:
     link_status: dict[int, LinkStatus]
     jobs: tuple[JobInput, ...]
     held: dict[str, dict[QpKey, HeldBinding]]
+    shadow: dict[str, dict[QpKey, HeldBinding]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -149,6 +165,7 @@ class JobUpdate:
     state: IntentState
     issues: tuple[BindingIssue, ...]
     reason: str
+    control: ControlMode = ControlMode.ACTIVE
 
     @property
     def empty(self) -> bool:
@@ -165,6 +182,8 @@ class StepDraft:
     removals: dict[str, list[QpKey]]
     issues: dict[str, tuple[BindingIssue, ...]]
     predictions: dict[str, JobPredictionRecord]
+    shadow: dict[str, dict[QpKey, HeldBinding]] = field(default_factory=dict)
+    """Per shadow job: its whole binding set as planned (never pushed)."""
 
 
 class ControllerState:
@@ -177,8 +196,12 @@ class ControllerState:
         flap: FlapSettings,
         now: float,
         tombstone_horizon: int = 1000,
+        rollout: RolloutSettings | None = None,
     ) -> None:
         self.lock = threading.RLock()
+        self.rollout = rollout or RolloutSettings()
+        self.rollback: RollbackRecord | None = stored.rollback
+        self.shadow: dict[str, dict[QpKey, HeldBinding]] = {}
         self.fabric = fabric
         self.tracker = LinkTracker(flap)
         for i, link in enumerate(fabric.links):
@@ -204,9 +227,58 @@ class ControllerState:
             entry.communicators = dict(stored.intents.get(job_id, {}))
             entry.planned_revision = min(planned.get(job_id, 0), record.revision)
             self.jobs[job_id] = entry
+            entry.control = self._restored_mode(stored, job_id)
         for job_id, held in self.held.items():
             for h in held.values():
                 self._index(job_id, h, +1)
+
+    # -- control modes ---------------------------------------------------------------------------
+
+    def _restored_mode(self, stored: StoredState, job_id: str) -> ControlMode:
+        """A job's mode as the last committed plan had it (what its stream showed), so a
+        stream that resumes before the start-up step sees modes and bindings that agree; if
+        the policy changed meanwhile, the fingerprint differs and that step commits the new
+        modes. A job the last plan did not record takes its mode now."""
+        last = stored.last_planned
+        if last is not None and job_id in last.jobs_off:
+            return ControlMode.OFF
+        for p in last.predictions if last is not None else ():
+            if p.job_id == job_id:
+                return p.control
+        if stored.bindings.get(job_id):
+            return ControlMode.ACTIVE  # only active jobs hold bindings in force
+        return self.mode_of(job_id)[0]
+
+    def mode_of(self, job_id: str) -> tuple[ControlMode, ModeSource]:
+        """The job's control mode now and why (see :func:`c4p.controller.modes.resolve`)."""
+        with self.lock:
+            record = self.jobs[job_id].record
+            return resolve(
+                self.rollout,
+                record.job_id,
+                record.tenant,
+                record.control,
+                record.control_by,
+                self.rollback is not None,
+            )
+
+    def mode_if_registered(self, job_id: str) -> tuple[ControlMode, ModeSource] | None:
+        """:meth:`mode_of`, or ``None`` when the job is gone (released meanwhile)."""
+        with self.lock:
+            return self.mode_of(job_id) if job_id in self.jobs else None
+
+    def set_control(self, store: Store, record: JobRecord) -> int:
+        """A job's pin changed (``record`` carries it): store, then memory."""
+        with self.lock:
+            store.put_job(record)
+            self.jobs[record.job_id].record = record
+            return self.bump()
+
+    def set_rollback(self, store: Store, rollback: RollbackRecord | None) -> int:
+        with self.lock:
+            store.set_rollback(rollback)
+            self.rollback = rollback
+            return self.bump()
 
     # -- the reverse index ---------------------------------------------------------------------
 
@@ -228,10 +300,19 @@ class ControllerState:
                 del counter[job_id]
 
     def jobs_on_links(self, links: list[int]) -> list[str]:
+        """Jobs with QPs across ``links``: bindings in force (the index), and shadow jobs'
+        planned bindings (scanned: a shadow job's failure is a prediction worth reporting, and
+        links fail rarely)."""
         with self.lock:
             found: set[str] = set()
             for link in links:
                 found.update(self.link_jobs.get(link, {}))
+            wanted = set(links)
+            for job, held in self.shadow.items():
+                if job not in found and any(
+                    wanted.intersection(self._links_of(h)) for h in held.values()
+                ):
+                    found.add(job)
             return sorted(found)
 
     # -- mutations (the intake calls these; each writes the store first) -----------------------
@@ -245,7 +326,9 @@ class ControllerState:
         with self.lock:
             store.register_job(record, record.incarnation)
             self.incarnation = max(self.incarnation, record.incarnation)
-            self.jobs[record.job_id] = JobEntry(record, ranks, event_epoch=self.epoch)
+            entry = JobEntry(record, ranks, event_epoch=self.epoch)
+            self.jobs[record.job_id] = entry
+            entry.control = self.mode_of(record.job_id)[0]
             return self.bump()
 
     def put_intents(
@@ -272,6 +355,7 @@ class ControllerState:
             for h in self.held.pop(job_id, {}).values():
                 self._index(job_id, h, -1)
             self.tombstones.pop(job_id, None)
+            self.shadow.pop(job_id, None)
             return self.bump()
 
     def set_override(self, store: Store, override: LinkOverride | None, link_id: str) -> int:
@@ -305,13 +389,16 @@ class ControllerState:
         with self.lock:
             links = self.effective_links(now)
             jobs = tuple(
-                JobInput(j, e.record.incarnation, e.record.revision, e.spec())
+                JobInput(j, e.record.incarnation, e.record.revision, e.spec(), self.mode_of(j)[0])
                 for j, e in sorted(self.jobs.items())
             )
-            key = {
+            key: dict[str, list[Any]] = {
                 "links": sorted((i, s.value) for i, s in links.items()),
                 "jobs": [(j.job_id, j.incarnation, j.revision) for j in jobs],
             }
+            modes = [(j.job_id, j.mode.value) for j in jobs if j.mode is not ControlMode.ACTIVE]
+            if modes:  # only then: a store from before control modes keeps its fingerprint
+                key["modes"] = modes
             digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()
             return PlanInputs(
                 epoch=self.epoch,
@@ -321,6 +408,7 @@ class ControllerState:
                 link_status=links,
                 jobs=jobs,
                 held={job: dict(b) for job, b in self.held.items()},
+                shadow={job: dict(b) for job, b in self.shadow.items()},
             )
 
     def _current(self, job: JobInput) -> JobEntry | None:
@@ -345,6 +433,7 @@ class ControllerState:
                 or self.jobs[job].planned_revision != j.revision
                 or self.jobs[job].issues != draft.issues.get(job, ())
                 or self.jobs[job].failed
+                or self.jobs[job].control is not j.mode
             }
             compacted = max(self.compacted_epoch, epoch - self.tombstone_horizon)
             decision = draft.decision.model_copy(
@@ -382,6 +471,11 @@ class ControllerState:
                 entry.failed = False
                 entry.issues = draft.issues.get(job, ())
                 entry.prediction = draft.predictions.get(job)
+                entry.control = j.mode
+                if j.mode is ControlMode.SHADOW:
+                    self.shadow[job] = dict(draft.shadow.get(job, {}))
+                else:
+                    self.shadow.pop(job, None)
                 if job in changed:
                     entry.event_epoch = epoch
                     entry.reason = decision.reason
@@ -448,4 +542,5 @@ class ControllerState:
                 state=entry.state,
                 issues=entry.issues,
                 reason=entry.reason,
+                control=entry.control,
             )

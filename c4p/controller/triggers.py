@@ -44,6 +44,7 @@ class KeyKind(StrEnum):
     RETRY = "retry"  # the last plan failed
     PROBE = "probe"  # a probe round finished: the learned table knows more
     AGENT = "agent"  # a host agent connected or went away
+    MODE = "mode"  # a job's control mode was set, or the rollback engaged or cleared
 
 
 @dataclass(frozen=True, order=True)

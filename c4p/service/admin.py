@@ -3,8 +3,9 @@
 Why the waits: an operator who drains a suspect link wants to know when traffic is off it.
 With ``wait``, DrainLink/RestoreLink/Replan answer once a reconcile step has seen the change, with
 that step's decision (epoch, flows moved, bound, gap); without it they answer at once and the
-decision log tells the rest. Reads (fabric, jobs, plan, log) never block the reconcile loop for
-longer than a copy under the state lock.
+decision log tells the rest. SetControlMode and RollbackAll (control modes, see
+:mod:`c4p.controller.modes`) wait the same way. Reads (fabric, jobs, plan, log) never block the
+reconcile loop for longer than a copy under the state lock.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from c4p.api.v1 import admin_pb2 as admin
 from c4p.api.v1 import intents_pb2 as pb
+from c4p.controller.errors import InvalidRequest
 from c4p.controller.intake import Intake
 from c4p.controller.loop import ControllerLoop
 from c4p.controller.state import ControllerState, IntentState
@@ -25,9 +27,11 @@ from c4p.service.flow_intent import StreamHub
 from c4p.service.rpc import Call, Endpoint, Scope
 from c4p.store.base import (
     CommunicatorRecord,
+    ControlMode,
     DecisionRecord,
     DecisionResult,
     JobPredictionRecord,
+    ModeSource,
     Store,
 )
 from topology.model import LinkStatus
@@ -66,6 +70,10 @@ class AdminServicer:
             Endpoint("RestoreLink", admin.RestoreLinkRequest, Scope.ADMIN, unary=self.restore),
             Endpoint("Replan", admin.ReplanRequest, Scope.ADMIN, unary=self.replan),
             Endpoint("GetDecisionLog", admin.GetDecisionLogRequest, Scope.ADMIN, unary=self.log),
+            Endpoint(
+                "SetControlMode", admin.SetControlModeRequest, Scope.ADMIN, unary=self.set_mode
+            ),
+            Endpoint("RollbackAll", admin.RollbackAllRequest, Scope.ADMIN, unary=self.rollback),
         ]
 
     async def fabric(self, request: admin.GetFabricRequest, call: Call) -> admin.FabricSnapshot:
@@ -128,6 +136,8 @@ class AdminServicer:
                     streams=self.hub.count(r.job_id),
                     prediction=convert.prediction(r.prediction) if r.prediction else None,
                     registered_at=convert.timestamp(r.registered_at),
+                    control_mode=convert.control_mode(r.control),
+                    control_source=r.control_source.value,
                 )
                 for r in rows
             ],
@@ -185,6 +195,44 @@ class AdminServicer:
         self.loop.enqueue(Key(KeyKind.REPLAN, reason or "operator", force=True))
         return admin.ReplanResponse(decision=await self._waited(revision, request.wait))
 
+    async def set_mode(
+        self, request: admin.SetControlModeRequest, call: Call
+    ) -> admin.SetControlModeResponse:
+        try:
+            mode = convert.control_mode_in(request.mode)
+        except ValueError:
+            raise InvalidRequest(f"unknown control mode {request.mode}", "mode") from None
+        changed, revision = await asyncio.to_thread(self.intake.set_control, request.job_id, mode)
+        if changed:
+            self.loop.enqueue(Key(KeyKind.MODE, request.job_id))
+        now, source = self.state.mode_if_registered(request.job_id) or (
+            ControlMode.OFF,
+            ModeSource.JOB,
+        )  # released meanwhile: nothing is planned for it
+        return admin.SetControlModeResponse(
+            job_id=request.job_id,
+            mode=convert.control_mode(now),
+            source=source.value,
+            changed=changed,
+            decision=await self._waited(revision, request.wait),
+        )
+
+    async def rollback(
+        self, request: admin.RollbackAllRequest, call: Call
+    ) -> admin.RollbackAllResponse:
+        changed, revision = await asyncio.to_thread(
+            self.intake.rollback, not request.clear, request.reason
+        )
+        if changed:
+            detail = "cleared" if request.clear else "engaged"
+            self.loop.enqueue(Key(KeyKind.MODE, "rollback", detail))
+        return admin.RollbackAllResponse(
+            engaged=self.state.rollback is not None,
+            changed=changed,
+            jobs=len(self.state.jobs),
+            decision=await self._waited(revision, request.wait),
+        )
+
     async def log(
         self, request: admin.GetDecisionLogRequest, call: Call
     ) -> admin.GetDecisionLogResponse:
@@ -230,6 +278,8 @@ class JobRow:
     event_epoch: int
     prediction: JobPredictionRecord | None
     registered_at: float
+    control: ControlMode
+    control_source: ModeSource
 
 
 def link_rows(state: ControllerState, now: float, only_changed: bool) -> list[LinkRow]:
@@ -270,6 +320,7 @@ def job_rows(state: ControllerState, job_id: str = "") -> list[JobRow]:
         for jid, e in sorted(state.jobs.items()):
             if job_id and jid != job_id:
                 continue
+            mode, source = state.mode_of(jid)
             out.append(
                 JobRow(
                     job_id=jid,
@@ -286,6 +337,8 @@ def job_rows(state: ControllerState, job_id: str = "") -> list[JobRow]:
                     event_epoch=e.event_epoch,
                     prediction=e.prediction,
                     registered_at=e.record.registered_at,
+                    control=mode,
+                    control_source=source,
                 )
             )
         return out

@@ -23,7 +23,13 @@ from c4p.api.v1 import admin_pb2 as admin
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
 from c4p.controller.state import IntentState, JobUpdate
-from c4p.store.base import DecisionRecord, DecisionResult, HeldBinding, JobPredictionRecord
+from c4p.store.base import (
+    ControlMode,
+    DecisionRecord,
+    DecisionResult,
+    HeldBinding,
+    JobPredictionRecord,
+)
 from solver.jobs import RankNic
 from southbound.bindings import BindingIssue, IssueKind
 from southbound.routes import QpKey
@@ -62,7 +68,21 @@ def registration(request: fi.RegisterJobRequest) -> dict[str, Any]:
         out["hosts"] = list(request.hosts)
     if len(request.ranks):
         out["ranks"] = [{"rank": r.rank, "host": r.host, "nic": r.nic} for r in request.ranks]
+    if request.control_mode:
+        out["control_mode"] = _enum_text(pb.ControlMode, request.control_mode, "CONTROL_MODE_")
     return out
+
+
+def control_mode_in(value: int) -> ControlMode | None:
+    """A request's mode: ``None`` for UNSPECIFIED; an unknown number is a ``ValueError``."""
+    if value == pb.CONTROL_MODE_UNSPECIFIED:
+        return None
+    return ControlMode(_enum_text(pb.ControlMode, value, "CONTROL_MODE_"))
+
+
+def control_mode(mode: ControlMode) -> str:
+    """``ControlMode.SHADOW`` -> ``CONTROL_MODE_SHADOW`` (protobuf constructors take names)."""
+    return _enum_name(mode.value, "CONTROL_MODE_")
 
 
 def _connection(c: pb.ConnectionIntent) -> dict[str, Any]:
@@ -167,6 +187,7 @@ def updates(update: JobUpdate, chunk: int = MAX_BINDINGS_PER_MESSAGE) -> Iterato
             state=intent_state(update.state),
             issues=[issue(i) for i in update.issues] if last else [],
             reason=update.reason,
+            control_mode=control_mode(update.control),
         )
 
 
@@ -195,6 +216,12 @@ def prediction(p: JobPredictionRecord) -> pb.JobPrediction:
         line_rate_gbps=p.line_rate_gbps,
         busbw_fraction=p.busbw_fraction,
         slowest_communicator=p.slowest_communicator,
+        control_mode=control_mode(p.control),
+        ecmp_busbw_gbps=p.ecmp_busbw_gbps,
+        moved=p.moved,
+        bindings_pushed=p.bindings_pushed,
+        links_over_ecmp=p.links_over_ecmp,
+        links_over_planned=p.links_over_planned,
     )
 
 
@@ -233,6 +260,10 @@ def decision(d: DecisionRecord) -> pb.Decision:
         ports_mode=d.ports_mode,
         bindings_verified=d.bindings_verified,
         probe_findings=list(d.probe_findings),
+        links_over_ecmp=d.links_over_ecmp,
+        links_over_planned=d.links_over_planned,
+        jobs_off=list(d.jobs_off),
+        ecmp_seed=d.ecmp_seed,
     )
 
 

@@ -27,6 +27,7 @@ from c4p.service import convert
 from c4p.service.access import Guard
 from c4p.service.rpc import Call, Endpoint, Scope
 from c4p.service.telemetry import Metrics
+from c4p.store.base import ControlMode
 
 SERVICE = "c4p.v1.FlowIntentService"
 
@@ -71,6 +72,7 @@ class FlowIntentServicer:
     async def register(self, request: fi.RegisterJobRequest, call: Call) -> fi.RegisterJobResponse:
         done = await asyncio.to_thread(self.intake.register, convert.registration(request))
         record = done.record
+        mode = self.state.mode_if_registered(record.job_id)  # None: released meanwhile
         if not done.replayed:
             self.loop.enqueue(Key(KeyKind.JOB, record.job_id, "registered"))
             self.metrics.active_jobs.set(len(self.state.jobs))
@@ -79,6 +81,7 @@ class FlowIntentServicer:
             token=self.guard.token_for(record.job_id, record.incarnation),
             epoch=done.epoch,
             ranks=convert.resolved_ranks(self.state.fabric, done.ranks),
+            control_mode=convert.control_mode(mode[0] if mode else ControlMode.OFF),
         )
 
     async def submit(
@@ -131,7 +134,7 @@ class FlowIntentServicer:
                         state=pb.INTENT_STATE_WITHDRAWN,
                     )
                     return
-                status = (update.intent_revision, update.state, update.issues)
+                status = (update.intent_revision, update.state, update.issues, update.control)
                 if shown is None or not update.empty or status != shown:
                     for message in convert.updates(update):
                         self.metrics.bindings_pushed.inc(len(message.bindings))

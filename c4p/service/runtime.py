@@ -110,6 +110,7 @@ class ServiceRuntime:
             config.flap,
             clock(),
             config.store.tombstone_horizon,
+            config.rollout,
         )
         self.metrics = Metrics()
         # Host agents and port modes (learned / verified / predicted): see c4p.controller.learning.
@@ -218,6 +219,9 @@ class ServiceRuntime:
             self.probe_worker.kick()  # the step may have asked for probes
         d = outcome.decision
         self.metrics.record_plan(d)
+        with self.state.lock:
+            modes = [e.control.value for e in self.state.jobs.values()]
+        self.metrics.record_modes(modes)
         self.hub.notify(outcome.changed_jobs)
         log.info(
             "plan",

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections import Counter as Tally
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,6 +59,15 @@ class Metrics:
         )
         self.gap = Gauge("c4p_plan_gap", "(max utilization - bound) / bound.", registry=r)
         self.epoch = Gauge("c4p_plan_epoch", "The plan epoch in force.", registry=r)
+        self.control_modes = Gauge(
+            "c4p_jobs_by_control_mode", "Jobs per control mode at the last plan.", ["mode"],
+            registry=r,
+        )  # fmt: skip
+        self.links_over = Gauge(
+            "c4p_links_over_line_rate",
+            "Switch link directions over line rate at the last plan (offered load), if every "
+            "planned job ran on ECMP and as planned.", ["scenario"], registry=r,
+        )  # fmt: skip
         self.requests = Counter(
             "c4p_requests_total", "API calls by method and status code.", ["method", "code"],
             registry=r,
@@ -72,6 +83,14 @@ class Metrics:
             self.max_link_utilization.set(decision.max_utilization)
             self.gap.set(decision.gap)
             self.epoch.set(decision.epoch)
+            self.links_over.labels(scenario="ecmp").set(decision.links_over_ecmp)
+            self.links_over.labels(scenario="planned").set(decision.links_over_planned)
+
+    def record_modes(self, modes: Iterable[str]) -> None:
+        """Jobs per control mode (every mode reported, 0 when none)."""
+        counted = Tally(modes)
+        for mode in ("off", "shadow", "active"):
+            self.control_modes.labels(mode=mode).set(counted.get(mode, 0))
 
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}

@@ -2,6 +2,7 @@
 
 from c4p.store.base import (
     CommunicatorRecord,
+    ControlMode,
     DecisionRecord,
     DecisionResult,
     EpochCommit,
@@ -9,6 +10,8 @@ from c4p.store.base import (
     JobPredictionRecord,
     JobRecord,
     LinkOverride,
+    ModeSource,
+    RollbackRecord,
     Store,
     StoredState,
     StoreError,
@@ -17,6 +20,7 @@ from c4p.store.sqlite import SqliteStore, Synchronous
 
 __all__ = [
     "CommunicatorRecord",
+    "ControlMode",
     "DecisionRecord",
     "DecisionResult",
     "EpochCommit",
@@ -24,6 +28,8 @@ __all__ = [
     "JobPredictionRecord",
     "JobRecord",
     "LinkOverride",
+    "ModeSource",
+    "RollbackRecord",
     "SqliteStore",
     "Store",
     "StoreError",

@@ -41,6 +41,25 @@ class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ControlMode(StrEnum):
+    """Who steers a job's QPs (see :mod:`c4p.controller.modes`)."""
+
+    OFF = "off"
+    SHADOW = "shadow"
+    ACTIVE = "active"
+
+
+class ModeSource(StrEnum):
+    """Why a job has its control mode (shown to operators)."""
+
+    ROLLBACK = "rollback"
+    JOB = "job"  # pinned at registration
+    OPERATOR = "operator"  # set through AdminService.SetControlMode
+    TENANT = "tenant"
+    CANARY = "canary"
+    DEFAULT = "default"
+
+
 class JobRecord(Frozen):
     """A registered job: placement, identity (incarnation) and its intent revision."""
 
@@ -60,6 +79,10 @@ class JobRecord(Frozen):
     registered_epoch: int = Field(ge=0)
     revision: int = Field(default=0, ge=0)
     """Bumped by every accepted change of the job's intents."""
+    control: ControlMode | None = None
+    """The job's pinned control mode; ``None`` follows the rollout policy of the config."""
+    control_by: ModeSource = ModeSource.JOB
+    """Who pinned it: the job at registration, or an operator later."""
 
 
 class CommunicatorRecord(Frozen):
@@ -110,6 +133,24 @@ class JobPredictionRecord(Frozen):
     line_rate_gbps: float
     busbw_fraction: float
     slowest_communicator: str = ""
+    control: ControlMode = ControlMode.ACTIVE
+    """The job's control mode at this plan."""
+    ecmp_busbw_gbps: float = 0.0
+    """Its bus bandwidth if every planned job ran on kernel-chosen ports (ECMP)."""
+    moved: int = Field(default=0, ge=0)
+    """Its flows whose path this plan changed."""
+    bindings_pushed: int = Field(default=0, ge=0)
+    """QPs whose binding was pushed (active) or would have been (shadow) at this plan."""
+    links_over_ecmp: int = Field(default=0, ge=0)
+    links_over_planned: int = Field(default=0, ge=0)
+    """Links the job crosses that are over line rate under ECMP / as planned."""
+
+
+class RollbackRecord(Frozen):
+    """An operator's rollback of every job to ``off`` (in force until cleared)."""
+
+    reason: str = Field(default="", max_length=256)
+    at: float
 
 
 class DecisionRecord(Frozen):
@@ -144,6 +185,13 @@ class DecisionRecord(Frozen):
     jobs_on_links: tuple[str, ...] = ()
     predictions: tuple[JobPredictionRecord, ...] = ()
     hottest: tuple[str, ...] = ()
+    links_over_ecmp: int = 0
+    links_over_planned: int = 0
+    """Links over line rate if every planned job ran on ECMP / as planned."""
+    ecmp_seed: int = 0
+    """Seed of the QP numbers the ECMP prediction draws (``solver.ecmp.ecmp_paths``)."""
+    jobs_off: tuple[str, ...] = ()
+    """Jobs in control mode ``off`` at this plan (not planned, so without a prediction)."""
     covers_revision: int = Field(default=0, ge=0)
     """The controller's mutation counter this decision saw: a caller that changed something at
     revision ``r`` knows its change is in force once a decision covers ``r``."""
@@ -188,6 +236,8 @@ class StoredState:
     last_decision: DecisionRecord | None = None
     last_planned: DecisionRecord | None = None
     """The newest decision that committed an epoch (its job revisions are the ones planned)."""
+    rollback: RollbackRecord | None = None
+    """An operator's rollback of every job, if one is in force."""
 
 
 class StoreError(Exception):
@@ -222,6 +272,18 @@ class Store(Protocol):
         withdrawn: Sequence[str],
     ) -> None:
         """Replace the job record (new revision) and add, replace or drop communicators."""
+        ...
+
+    def put_job(self, job: JobRecord) -> None:
+        """Replace a registered job's record, intents untouched (its control mode changed).
+
+        Added with control modes; an implementation writes the record as ``register_job`` does.
+        """
+        ...
+
+    def set_rollback(self, rollback: RollbackRecord | None) -> None:
+        """Engage (a record) or clear (``None``) the rollback of every job; :meth:`load` returns
+        it in ``StoredState.rollback``. Added with control modes; one small value."""
         ...
 
     def release_job(self, job_id: str) -> None:

@@ -35,6 +35,7 @@ from c4p.store.base import (
     HeldBinding,
     JobRecord,
     LinkOverride,
+    RollbackRecord,
     StoredState,
     StoreError,
 )
@@ -175,6 +176,9 @@ class SqliteStore:
         for (text,) in db.execute("SELECT record FROM link_overrides"):
             override = LinkOverride.model_validate_json(text)
             state.overrides[override.link_id] = override
+        rollback = self._meta("rollback")
+        if rollback:
+            state.rollback = RollbackRecord.model_validate_json(rollback)
         rows = db.execute("SELECT record FROM decisions ORDER BY sequence DESC")
         for (text,) in rows:  # the newest, and the newest that committed an epoch
             decision = DecisionRecord.model_validate_json(text)
@@ -228,6 +232,17 @@ class SqliteStore:
                 "DELETE FROM intents WHERE job_id = ? AND comm_id = ?",
                 [(job.job_id, comm) for comm in withdrawn],
             )
+
+    def put_job(self, job: JobRecord) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE jobs SET record = ? WHERE job_id = ?",
+                (job.model_dump_json(exclude_defaults=True), job.job_id),
+            )
+
+    def set_rollback(self, rollback: RollbackRecord | None) -> None:
+        with self._tx() as db:
+            self._set_meta(db, rollback="" if rollback is None else rollback.model_dump_json())
 
     def release_job(self, job_id: str) -> None:
         with self._tx() as db:
@@ -302,3 +317,24 @@ class SqliteStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def read_decisions(path: Path | str, limit: int = DECISIONS_KEPT) -> list[DecisionRecord]:
+    """The newest ``limit`` decisions of a store file, opened read-only (``c4p report`` offline;
+    safe beside a running controller: WAL readers never block the writer)."""
+    if not Path(path).is_file():
+        raise StoreError(f"store {path}: no such file")
+    try:
+        db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            schema = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            if schema is None or schema[0] != SCHEMA:
+                raise StoreError(f"store {path}: not a c4p store of schema {SCHEMA!r}")
+            rows = db.execute(
+                "SELECT record FROM decisions ORDER BY sequence DESC LIMIT ?", (limit,)
+            ).fetchall()
+        finally:
+            db.close()
+        return [DecisionRecord.model_validate_json(text) for (text,) in rows]
+    except (sqlite3.Error, ValidationError) as exc:
+        raise StoreError(f"store {path}: cannot read: {exc}") from exc

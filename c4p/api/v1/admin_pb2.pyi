@@ -89,7 +89,7 @@ class CommunicatorSummary(_message.Message):
     def __init__(self, id: _Optional[str] = ..., version: _Optional[int] = ..., pattern: _Optional[_Union[_intents_pb2.Pattern, str]] = ..., collective: _Optional[_Union[_intents_pb2.Collective, str]] = ..., connections: _Optional[int] = ..., flows: _Optional[int] = ..., accepted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("job_id", "tenant", "priority", "ranks", "state", "communicators", "flows", "bound", "issues", "intent_revision", "planned_revision", "last_change_epoch", "streams", "prediction", "registered_at")
+    __slots__ = ("job_id", "tenant", "priority", "ranks", "state", "communicators", "flows", "bound", "issues", "intent_revision", "planned_revision", "last_change_epoch", "streams", "prediction", "registered_at", "control_mode", "control_source")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +105,8 @@ class JobInfo(_message.Message):
     STREAMS_FIELD_NUMBER: _ClassVar[int]
     PREDICTION_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_MODE_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_SOURCE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     tenant: str
     priority: int
@@ -120,7 +122,9 @@ class JobInfo(_message.Message):
     streams: int
     prediction: _intents_pb2.JobPrediction
     registered_at: _timestamp_pb2.Timestamp
-    def __init__(self, job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., ranks: _Optional[int] = ..., state: _Optional[_Union[_intents_pb2.IntentState, str]] = ..., communicators: _Optional[_Iterable[_Union[CommunicatorSummary, _Mapping]]] = ..., flows: _Optional[int] = ..., bound: _Optional[int] = ..., issues: _Optional[int] = ..., intent_revision: _Optional[int] = ..., planned_revision: _Optional[int] = ..., last_change_epoch: _Optional[int] = ..., streams: _Optional[int] = ..., prediction: _Optional[_Union[_intents_pb2.JobPrediction, _Mapping]] = ..., registered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    control_mode: _intents_pb2.ControlMode
+    control_source: str
+    def __init__(self, job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., ranks: _Optional[int] = ..., state: _Optional[_Union[_intents_pb2.IntentState, str]] = ..., communicators: _Optional[_Iterable[_Union[CommunicatorSummary, _Mapping]]] = ..., flows: _Optional[int] = ..., bound: _Optional[int] = ..., issues: _Optional[int] = ..., intent_revision: _Optional[int] = ..., planned_revision: _Optional[int] = ..., last_change_epoch: _Optional[int] = ..., streams: _Optional[int] = ..., prediction: _Optional[_Union[_intents_pb2.JobPrediction, _Mapping]] = ..., registered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., control_mode: _Optional[_Union[_intents_pb2.ControlMode, str]] = ..., control_source: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "epoch")
@@ -209,3 +213,49 @@ class GetDecisionLogResponse(_message.Message):
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
     decisions: _containers.RepeatedCompositeFieldContainer[_intents_pb2.Decision]
     def __init__(self, decisions: _Optional[_Iterable[_Union[_intents_pb2.Decision, _Mapping]]] = ...) -> None: ...
+
+class SetControlModeRequest(_message.Message):
+    __slots__ = ("job_id", "mode", "wait")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    mode: _intents_pb2.ControlMode
+    wait: bool
+    def __init__(self, job_id: _Optional[str] = ..., mode: _Optional[_Union[_intents_pb2.ControlMode, str]] = ..., wait: _Optional[bool] = ...) -> None: ...
+
+class SetControlModeResponse(_message.Message):
+    __slots__ = ("job_id", "mode", "source", "changed", "decision")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    mode: _intents_pb2.ControlMode
+    source: str
+    changed: bool
+    decision: _intents_pb2.Decision
+    def __init__(self, job_id: _Optional[str] = ..., mode: _Optional[_Union[_intents_pb2.ControlMode, str]] = ..., source: _Optional[str] = ..., changed: _Optional[bool] = ..., decision: _Optional[_Union[_intents_pb2.Decision, _Mapping]] = ...) -> None: ...
+
+class RollbackAllRequest(_message.Message):
+    __slots__ = ("reason", "clear", "wait")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    clear: bool
+    wait: bool
+    def __init__(self, reason: _Optional[str] = ..., clear: _Optional[bool] = ..., wait: _Optional[bool] = ...) -> None: ...
+
+class RollbackAllResponse(_message.Message):
+    __slots__ = ("engaged", "changed", "jobs", "decision")
+    ENGAGED_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    engaged: bool
+    changed: bool
+    jobs: int
+    decision: _intents_pb2.Decision
+    def __init__(self, engaged: _Optional[bool] = ..., changed: _Optional[bool] = ..., jobs: _Optional[int] = ..., decision: _Optional[_Union[_intents_pb2.Decision, _Mapping]] = ...) -> None: ...

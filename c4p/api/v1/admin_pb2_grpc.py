@@ -71,6 +71,16 @@ class AdminServiceStub:
                 request_serializer=c4p_dot_v1_dot_admin__pb2.GetDecisionLogRequest.SerializeToString,
                 response_deserializer=c4p_dot_v1_dot_admin__pb2.GetDecisionLogResponse.FromString,
                 _registered_method=True)
+        self.SetControlMode = channel.unary_unary(
+                '/c4p.v1.AdminService/SetControlMode',
+                request_serializer=c4p_dot_v1_dot_admin__pb2.SetControlModeRequest.SerializeToString,
+                response_deserializer=c4p_dot_v1_dot_admin__pb2.SetControlModeResponse.FromString,
+                _registered_method=True)
+        self.RollbackAll = channel.unary_unary(
+                '/c4p.v1.AdminService/RollbackAll',
+                request_serializer=c4p_dot_v1_dot_admin__pb2.RollbackAllRequest.SerializeToString,
+                response_deserializer=c4p_dot_v1_dot_admin__pb2.RollbackAllResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -125,6 +135,20 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetControlMode(self, request, context):
+        """Set (or, with CONTROL_MODE_UNSPECIFIED, clear) one job's control mode (durable).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RollbackAll(self, request, context):
+        """Every job to OFF at once, and new jobs too, until cleared (durable across restarts).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -162,6 +186,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetDecisionLog,
                     request_deserializer=c4p_dot_v1_dot_admin__pb2.GetDecisionLogRequest.FromString,
                     response_serializer=c4p_dot_v1_dot_admin__pb2.GetDecisionLogResponse.SerializeToString,
+            ),
+            'SetControlMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetControlMode,
+                    request_deserializer=c4p_dot_v1_dot_admin__pb2.SetControlModeRequest.FromString,
+                    response_serializer=c4p_dot_v1_dot_admin__pb2.SetControlModeResponse.SerializeToString,
+            ),
+            'RollbackAll': grpc.unary_unary_rpc_method_handler(
+                    servicer.RollbackAll,
+                    request_deserializer=c4p_dot_v1_dot_admin__pb2.RollbackAllRequest.FromString,
+                    response_serializer=c4p_dot_v1_dot_admin__pb2.RollbackAllResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -353,6 +387,60 @@ class AdminService:
             '/c4p.v1.AdminService/GetDecisionLog',
             c4p_dot_v1_dot_admin__pb2.GetDecisionLogRequest.SerializeToString,
             c4p_dot_v1_dot_admin__pb2.GetDecisionLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetControlMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/c4p.v1.AdminService/SetControlMode',
+            c4p_dot_v1_dot_admin__pb2.SetControlModeRequest.SerializeToString,
+            c4p_dot_v1_dot_admin__pb2.SetControlModeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RollbackAll(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/c4p.v1.AdminService/RollbackAll',
+            c4p_dot_v1_dot_admin__pb2.RollbackAllRequest.SerializeToString,
+            c4p_dot_v1_dot_admin__pb2.RollbackAllResponse.FromString,
             options,
             channel_credentials,
             insecure,

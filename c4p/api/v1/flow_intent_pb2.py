@@ -27,7 +27,7 @@ _sym_db = _symbol_database.Default()
 from c4p.api.v1 import intents_pb2 as c4p_dot_v1_dot_intents__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63\x34p/v1/flow_intent.proto\x12\x06\x63\x34p.v1\x1a\x14\x63\x34p/v1/intents.proto\"\x8f\x01\n\x12RegisterJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\r\x12\r\n\x05hosts\x18\x04 \x03(\t\x12$\n\x05ranks\x18\x05 \x03(\x0b\x32\x15.c4p.v1.RankPlacement\x12\x12\n\nrequest_id\x18\x06 \x01(\t\"h\n\x13RegisterJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12#\n\x05ranks\x18\x04 \x03(\x0b\x32\x14.c4p.v1.ResolvedRank\"k\n\x14SubmitIntentsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x31\n\rcommunicators\x18\x02 \x03(\x0b\x32\x1a.c4p.v1.CommunicatorIntent\x12\x10\n\x08withdraw\x18\x03 \x03(\t\"\x9b\x02\n\x12\x43ommunicatorStatus\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x33\n\x07outcome\x18\x03 \x01(\x0e\x32\".c4p.v1.CommunicatorStatus.Outcome\x12\x13\n\x0b\x63onnections\x18\x04 \x01(\r\x12\r\n\x05\x66lows\x18\x05 \x01(\r\"\x8e\x01\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_CREATED\x10\x01\x12\x13\n\x0fOUTCOME_UPDATED\x10\x02\x12\x15\n\x11OUTCOME_UNCHANGED\x10\x03\x12\x15\n\x11OUTCOME_WITHDRAWN\x10\x04\x12\x12\n\x0eOUTCOME_ABSENT\x10\x05\"k\n\x15SubmitIntentsResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x31\n\rcommunicators\x18\x02 \x03(\x0b\x32\x1a.c4p.v1.CommunicatorStatus\x12\r\n\x05\x66lows\x18\x03 \x01(\r\":\n\x14WatchBindingsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nfrom_epoch\x18\x02 \x01(\x04\"\xc9\x02\n\rBindingUpdate\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12(\n\x04kind\x18\x02 \x01(\x0e\x32\x1a.c4p.v1.BindingUpdate.Kind\x12!\n\x08\x62indings\x18\x03 \x03(\x0b\x32\x0f.c4p.v1.Binding\x12\x1e\n\x07removed\x18\x04 \x03(\x0b\x32\r.c4p.v1.QpRef\x12\x0c\n\x04more\x18\x05 \x01(\x08\x12\x17\n\x0fintent_revision\x18\x06 \x01(\x04\x12\"\n\x05state\x18\x07 \x01(\x0e\x32\x13.c4p.v1.IntentState\x12$\n\x06issues\x18\x08 \x03(\x0b\x32\x14.c4p.v1.BindingIssue\x12\x0e\n\x06reason\x18\t \x01(\t\";\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\r\n\tKIND_FULL\x10\x01\x12\x0e\n\nKIND_DELTA\x10\x02\"#\n\x11ReleaseJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"#\n\x12ReleaseJobResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x32\xb6\x02\n\x11\x46lowIntentService\x12\x46\n\x0bRegisterJob\x12\x1a.c4p.v1.RegisterJobRequest\x1a\x1b.c4p.v1.RegisterJobResponse\x12L\n\rSubmitIntents\x12\x1c.c4p.v1.SubmitIntentsRequest\x1a\x1d.c4p.v1.SubmitIntentsResponse\x12\x46\n\rWatchBindings\x12\x1c.c4p.v1.WatchBindingsRequest\x1a\x15.c4p.v1.BindingUpdate0\x01\x12\x43\n\nReleaseJob\x12\x19.c4p.v1.ReleaseJobRequest\x1a\x1a.c4p.v1.ReleaseJobResponseB\"\n\tio.c4p.v1P\x01Z\x10\x63\x34p/api/v1;c4pv1\xf8\x01\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63\x34p/v1/flow_intent.proto\x12\x06\x63\x34p.v1\x1a\x14\x63\x34p/v1/intents.proto\"\xba\x01\n\x12RegisterJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\r\x12\r\n\x05hosts\x18\x04 \x03(\t\x12$\n\x05ranks\x18\x05 \x03(\x0b\x32\x15.c4p.v1.RankPlacement\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12)\n\x0c\x63ontrol_mode\x18( \x01(\x0e\x32\x13.c4p.v1.ControlMode\"\x93\x01\n\x13RegisterJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12#\n\x05ranks\x18\x04 \x03(\x0b\x32\x14.c4p.v1.ResolvedRank\x12)\n\x0c\x63ontrol_mode\x18( \x01(\x0e\x32\x13.c4p.v1.ControlMode\"k\n\x14SubmitIntentsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x31\n\rcommunicators\x18\x02 \x03(\x0b\x32\x1a.c4p.v1.CommunicatorIntent\x12\x10\n\x08withdraw\x18\x03 \x03(\t\"\x9b\x02\n\x12\x43ommunicatorStatus\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x33\n\x07outcome\x18\x03 \x01(\x0e\x32\".c4p.v1.CommunicatorStatus.Outcome\x12\x13\n\x0b\x63onnections\x18\x04 \x01(\r\x12\r\n\x05\x66lows\x18\x05 \x01(\r\"\x8e\x01\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_CREATED\x10\x01\x12\x13\n\x0fOUTCOME_UPDATED\x10\x02\x12\x15\n\x11OUTCOME_UNCHANGED\x10\x03\x12\x15\n\x11OUTCOME_WITHDRAWN\x10\x04\x12\x12\n\x0eOUTCOME_ABSENT\x10\x05\"k\n\x15SubmitIntentsResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x31\n\rcommunicators\x18\x02 \x03(\x0b\x32\x1a.c4p.v1.CommunicatorStatus\x12\r\n\x05\x66lows\x18\x03 \x01(\r\":\n\x14WatchBindingsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nfrom_epoch\x18\x02 \x01(\x04\"\xf4\x02\n\rBindingUpdate\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12(\n\x04kind\x18\x02 \x01(\x0e\x32\x1a.c4p.v1.BindingUpdate.Kind\x12!\n\x08\x62indings\x18\x03 \x03(\x0b\x32\x0f.c4p.v1.Binding\x12\x1e\n\x07removed\x18\x04 \x03(\x0b\x32\r.c4p.v1.QpRef\x12\x0c\n\x04more\x18\x05 \x01(\x08\x12\x17\n\x0fintent_revision\x18\x06 \x01(\x04\x12\"\n\x05state\x18\x07 \x01(\x0e\x32\x13.c4p.v1.IntentState\x12$\n\x06issues\x18\x08 \x03(\x0b\x32\x14.c4p.v1.BindingIssue\x12\x0e\n\x06reason\x18\t \x01(\t\x12)\n\x0c\x63ontrol_mode\x18( \x01(\x0e\x32\x13.c4p.v1.ControlMode\";\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\r\n\tKIND_FULL\x10\x01\x12\x0e\n\nKIND_DELTA\x10\x02\"#\n\x11ReleaseJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"#\n\x12ReleaseJobResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x32\xb6\x02\n\x11\x46lowIntentService\x12\x46\n\x0bRegisterJob\x12\x1a.c4p.v1.RegisterJobRequest\x1a\x1b.c4p.v1.RegisterJobResponse\x12L\n\rSubmitIntents\x12\x1c.c4p.v1.SubmitIntentsRequest\x1a\x1d.c4p.v1.SubmitIntentsResponse\x12\x46\n\rWatchBindings\x12\x1c.c4p.v1.WatchBindingsRequest\x1a\x15.c4p.v1.BindingUpdate0\x01\x12\x43\n\nReleaseJob\x12\x19.c4p.v1.ReleaseJobRequest\x1a\x1a.c4p.v1.ReleaseJobResponseB\"\n\tio.c4p.v1P\x01Z\x10\x63\x34p/api/v1;c4pv1\xf8\x01\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,27 +36,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\tio.c4p.v1P\001Z\020c4p/api/v1;c4pv1\370\001\001'
   _globals['_REGISTERJOBREQUEST']._serialized_start=59
-  _globals['_REGISTERJOBREQUEST']._serialized_end=202
-  _globals['_REGISTERJOBRESPONSE']._serialized_start=204
-  _globals['_REGISTERJOBRESPONSE']._serialized_end=308
-  _globals['_SUBMITINTENTSREQUEST']._serialized_start=310
-  _globals['_SUBMITINTENTSREQUEST']._serialized_end=417
-  _globals['_COMMUNICATORSTATUS']._serialized_start=420
-  _globals['_COMMUNICATORSTATUS']._serialized_end=703
-  _globals['_COMMUNICATORSTATUS_OUTCOME']._serialized_start=561
-  _globals['_COMMUNICATORSTATUS_OUTCOME']._serialized_end=703
-  _globals['_SUBMITINTENTSRESPONSE']._serialized_start=705
-  _globals['_SUBMITINTENTSRESPONSE']._serialized_end=812
-  _globals['_WATCHBINDINGSREQUEST']._serialized_start=814
-  _globals['_WATCHBINDINGSREQUEST']._serialized_end=872
-  _globals['_BINDINGUPDATE']._serialized_start=875
-  _globals['_BINDINGUPDATE']._serialized_end=1204
-  _globals['_BINDINGUPDATE_KIND']._serialized_start=1145
-  _globals['_BINDINGUPDATE_KIND']._serialized_end=1204
-  _globals['_RELEASEJOBREQUEST']._serialized_start=1206
-  _globals['_RELEASEJOBREQUEST']._serialized_end=1241
-  _globals['_RELEASEJOBRESPONSE']._serialized_start=1243
-  _globals['_RELEASEJOBRESPONSE']._serialized_end=1278
-  _globals['_FLOWINTENTSERVICE']._serialized_start=1281
-  _globals['_FLOWINTENTSERVICE']._serialized_end=1591
+  _globals['_REGISTERJOBREQUEST']._serialized_end=245
+  _globals['_REGISTERJOBRESPONSE']._serialized_start=248
+  _globals['_REGISTERJOBRESPONSE']._serialized_end=395
+  _globals['_SUBMITINTENTSREQUEST']._serialized_start=397
+  _globals['_SUBMITINTENTSREQUEST']._serialized_end=504
+  _globals['_COMMUNICATORSTATUS']._serialized_start=507
+  _globals['_COMMUNICATORSTATUS']._serialized_end=790
+  _globals['_COMMUNICATORSTATUS_OUTCOME']._serialized_start=648
+  _globals['_COMMUNICATORSTATUS_OUTCOME']._serialized_end=790
+  _globals['_SUBMITINTENTSRESPONSE']._serialized_start=792
+  _globals['_SUBMITINTENTSRESPONSE']._serialized_end=899
+  _globals['_WATCHBINDINGSREQUEST']._serialized_start=901
+  _globals['_WATCHBINDINGSREQUEST']._serialized_end=959
+  _globals['_BINDINGUPDATE']._serialized_start=962
+  _globals['_BINDINGUPDATE']._serialized_end=1334
+  _globals['_BINDINGUPDATE_KIND']._serialized_start=1275
+  _globals['_BINDINGUPDATE_KIND']._serialized_end=1334
+  _globals['_RELEASEJOBREQUEST']._serialized_start=1336
+  _globals['_RELEASEJOBREQUEST']._serialized_end=1371
+  _globals['_RELEASEJOBRESPONSE']._serialized_start=1373
+  _globals['_RELEASEJOBRESPONSE']._serialized_end=1408
+  _globals['_FLOWINTENTSERVICE']._serialized_start=1411
+  _globals['_FLOWINTENTSERVICE']._serialized_end=1721
 # @@protoc_insertion_point(module_scope)

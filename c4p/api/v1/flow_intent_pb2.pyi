@@ -11,32 +11,36 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RegisterJobRequest(_message.Message):
-    __slots__ = ("job_id", "tenant", "priority", "hosts", "ranks", "request_id")
+    __slots__ = ("job_id", "tenant", "priority", "hosts", "ranks", "request_id", "control_mode")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     HOSTS_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_MODE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     tenant: str
     priority: int
     hosts: _containers.RepeatedScalarFieldContainer[str]
     ranks: _containers.RepeatedCompositeFieldContainer[_intents_pb2.RankPlacement]
     request_id: str
-    def __init__(self, job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., hosts: _Optional[_Iterable[str]] = ..., ranks: _Optional[_Iterable[_Union[_intents_pb2.RankPlacement, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    control_mode: _intents_pb2.ControlMode
+    def __init__(self, job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., hosts: _Optional[_Iterable[str]] = ..., ranks: _Optional[_Iterable[_Union[_intents_pb2.RankPlacement, _Mapping]]] = ..., request_id: _Optional[str] = ..., control_mode: _Optional[_Union[_intents_pb2.ControlMode, str]] = ...) -> None: ...
 
 class RegisterJobResponse(_message.Message):
-    __slots__ = ("job_id", "token", "epoch", "ranks")
+    __slots__ = ("job_id", "token", "epoch", "ranks", "control_mode")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_MODE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     token: str
     epoch: int
     ranks: _containers.RepeatedCompositeFieldContainer[_intents_pb2.ResolvedRank]
-    def __init__(self, job_id: _Optional[str] = ..., token: _Optional[str] = ..., epoch: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[_intents_pb2.ResolvedRank, _Mapping]]] = ...) -> None: ...
+    control_mode: _intents_pb2.ControlMode
+    def __init__(self, job_id: _Optional[str] = ..., token: _Optional[str] = ..., epoch: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[_intents_pb2.ResolvedRank, _Mapping]]] = ..., control_mode: _Optional[_Union[_intents_pb2.ControlMode, str]] = ...) -> None: ...
 
 class SubmitIntentsRequest(_message.Message):
     __slots__ = ("job_id", "communicators", "withdraw")
@@ -95,7 +99,7 @@ class WatchBindingsRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., from_epoch: _Optional[int] = ...) -> None: ...
 
 class BindingUpdate(_message.Message):
-    __slots__ = ("epoch", "kind", "bindings", "removed", "more", "intent_revision", "state", "issues", "reason")
+    __slots__ = ("epoch", "kind", "bindings", "removed", "more", "intent_revision", "state", "issues", "reason", "control_mode")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[BindingUpdate.Kind]
@@ -113,6 +117,7 @@ class BindingUpdate(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     ISSUES_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_MODE_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     kind: BindingUpdate.Kind
     bindings: _containers.RepeatedCompositeFieldContainer[_intents_pb2.Binding]
@@ -122,7 +127,8 @@ class BindingUpdate(_message.Message):
     state: _intents_pb2.IntentState
     issues: _containers.RepeatedCompositeFieldContainer[_intents_pb2.BindingIssue]
     reason: str
-    def __init__(self, epoch: _Optional[int] = ..., kind: _Optional[_Union[BindingUpdate.Kind, str]] = ..., bindings: _Optional[_Iterable[_Union[_intents_pb2.Binding, _Mapping]]] = ..., removed: _Optional[_Iterable[_Union[_intents_pb2.QpRef, _Mapping]]] = ..., more: _Optional[bool] = ..., intent_revision: _Optional[int] = ..., state: _Optional[_Union[_intents_pb2.IntentState, str]] = ..., issues: _Optional[_Iterable[_Union[_intents_pb2.BindingIssue, _Mapping]]] = ..., reason: _Optional[str] = ...) -> None: ...
+    control_mode: _intents_pb2.ControlMode
+    def __init__(self, epoch: _Optional[int] = ..., kind: _Optional[_Union[BindingUpdate.Kind, str]] = ..., bindings: _Optional[_Iterable[_Union[_intents_pb2.Binding, _Mapping]]] = ..., removed: _Optional[_Iterable[_Union[_intents_pb2.QpRef, _Mapping]]] = ..., more: _Optional[bool] = ..., intent_revision: _Optional[int] = ..., state: _Optional[_Union[_intents_pb2.IntentState, str]] = ..., issues: _Optional[_Iterable[_Union[_intents_pb2.BindingIssue, _Mapping]]] = ..., reason: _Optional[str] = ..., control_mode: _Optional[_Union[_intents_pb2.ControlMode, str]] = ...) -> None: ...
 
 class ReleaseJobRequest(_message.Message):
     __slots__ = ("job_id",)

@@ -44,6 +44,13 @@ class IntentState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INTENT_STATE_DEGRADED: _ClassVar[IntentState]
     INTENT_STATE_FAILED: _ClassVar[IntentState]
     INTENT_STATE_WITHDRAWN: _ClassVar[IntentState]
+
+class ControlMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONTROL_MODE_UNSPECIFIED: _ClassVar[ControlMode]
+    CONTROL_MODE_OFF: _ClassVar[ControlMode]
+    CONTROL_MODE_SHADOW: _ClassVar[ControlMode]
+    CONTROL_MODE_ACTIVE: _ClassVar[ControlMode]
 PATTERN_UNSPECIFIED: Pattern
 PATTERN_RING: Pattern
 PATTERN_ALL_TO_ALL: Pattern
@@ -65,6 +72,10 @@ INTENT_STATE_INSTALLED: IntentState
 INTENT_STATE_DEGRADED: IntentState
 INTENT_STATE_FAILED: IntentState
 INTENT_STATE_WITHDRAWN: IntentState
+CONTROL_MODE_UNSPECIFIED: ControlMode
+CONTROL_MODE_OFF: ControlMode
+CONTROL_MODE_SHADOW: ControlMode
+CONTROL_MODE_ACTIVE: ControlMode
 
 class RankPlacement(_message.Message):
     __slots__ = ("rank", "host", "nic")
@@ -205,21 +216,33 @@ class BindingIssue(_message.Message):
     def __init__(self, qp: _Optional[_Union[QpRef, _Mapping]] = ..., kind: _Optional[_Union[BindingIssue.Kind, str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class JobPrediction(_message.Message):
-    __slots__ = ("job_id", "busbw_gbps", "line_rate_gbps", "busbw_fraction", "slowest_communicator")
+    __slots__ = ("job_id", "busbw_gbps", "line_rate_gbps", "busbw_fraction", "slowest_communicator", "control_mode", "ecmp_busbw_gbps", "moved", "bindings_pushed", "links_over_ecmp", "links_over_planned")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     BUSBW_GBPS_FIELD_NUMBER: _ClassVar[int]
     LINE_RATE_GBPS_FIELD_NUMBER: _ClassVar[int]
     BUSBW_FRACTION_FIELD_NUMBER: _ClassVar[int]
     SLOWEST_COMMUNICATOR_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_MODE_FIELD_NUMBER: _ClassVar[int]
+    ECMP_BUSBW_GBPS_FIELD_NUMBER: _ClassVar[int]
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    BINDINGS_PUSHED_FIELD_NUMBER: _ClassVar[int]
+    LINKS_OVER_ECMP_FIELD_NUMBER: _ClassVar[int]
+    LINKS_OVER_PLANNED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     busbw_gbps: float
     line_rate_gbps: float
     busbw_fraction: float
     slowest_communicator: str
-    def __init__(self, job_id: _Optional[str] = ..., busbw_gbps: _Optional[float] = ..., line_rate_gbps: _Optional[float] = ..., busbw_fraction: _Optional[float] = ..., slowest_communicator: _Optional[str] = ...) -> None: ...
+    control_mode: ControlMode
+    ecmp_busbw_gbps: float
+    moved: int
+    bindings_pushed: int
+    links_over_ecmp: int
+    links_over_planned: int
+    def __init__(self, job_id: _Optional[str] = ..., busbw_gbps: _Optional[float] = ..., line_rate_gbps: _Optional[float] = ..., busbw_fraction: _Optional[float] = ..., slowest_communicator: _Optional[str] = ..., control_mode: _Optional[_Union[ControlMode, str]] = ..., ecmp_busbw_gbps: _Optional[float] = ..., moved: _Optional[int] = ..., bindings_pushed: _Optional[int] = ..., links_over_ecmp: _Optional[int] = ..., links_over_planned: _Optional[int] = ...) -> None: ...
 
 class Decision(_message.Message):
-    __slots__ = ("sequence", "epoch", "at", "reason", "triggers", "result", "error", "strategy", "status", "flows", "moved", "max_utilization", "links_at_max", "bound", "gap", "solve_seconds", "bindings_added", "bindings_changed", "bindings_removed", "jobs_changed", "jobs_on_links", "predictions", "fallbacks", "unbound", "ports_mode", "bindings_verified", "probe_findings")
+    __slots__ = ("sequence", "epoch", "at", "reason", "triggers", "result", "error", "strategy", "status", "flows", "moved", "max_utilization", "links_at_max", "bound", "gap", "solve_seconds", "bindings_added", "bindings_changed", "bindings_removed", "jobs_changed", "jobs_on_links", "predictions", "fallbacks", "unbound", "ports_mode", "bindings_verified", "probe_findings", "links_over_ecmp", "links_over_planned", "jobs_off", "ecmp_seed")
     class Result(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         RESULT_UNSPECIFIED: _ClassVar[Decision.Result]
@@ -255,6 +278,10 @@ class Decision(_message.Message):
     PORTS_MODE_FIELD_NUMBER: _ClassVar[int]
     BINDINGS_VERIFIED_FIELD_NUMBER: _ClassVar[int]
     PROBE_FINDINGS_FIELD_NUMBER: _ClassVar[int]
+    LINKS_OVER_ECMP_FIELD_NUMBER: _ClassVar[int]
+    LINKS_OVER_PLANNED_FIELD_NUMBER: _ClassVar[int]
+    JOBS_OFF_FIELD_NUMBER: _ClassVar[int]
+    ECMP_SEED_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     epoch: int
     at: _timestamp_pb2.Timestamp
@@ -282,4 +309,8 @@ class Decision(_message.Message):
     ports_mode: str
     bindings_verified: int
     probe_findings: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, sequence: _Optional[int] = ..., epoch: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., triggers: _Optional[_Iterable[str]] = ..., result: _Optional[_Union[Decision.Result, str]] = ..., error: _Optional[str] = ..., strategy: _Optional[str] = ..., status: _Optional[str] = ..., flows: _Optional[int] = ..., moved: _Optional[int] = ..., max_utilization: _Optional[float] = ..., links_at_max: _Optional[int] = ..., bound: _Optional[float] = ..., gap: _Optional[float] = ..., solve_seconds: _Optional[float] = ..., bindings_added: _Optional[int] = ..., bindings_changed: _Optional[int] = ..., bindings_removed: _Optional[int] = ..., jobs_changed: _Optional[_Iterable[str]] = ..., jobs_on_links: _Optional[_Iterable[str]] = ..., predictions: _Optional[_Iterable[_Union[JobPrediction, _Mapping]]] = ..., fallbacks: _Optional[int] = ..., unbound: _Optional[int] = ..., ports_mode: _Optional[str] = ..., bindings_verified: _Optional[int] = ..., probe_findings: _Optional[_Iterable[str]] = ...) -> None: ...
+    links_over_ecmp: int
+    links_over_planned: int
+    jobs_off: _containers.RepeatedScalarFieldContainer[str]
+    ecmp_seed: int
+    def __init__(self, sequence: _Optional[int] = ..., epoch: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., triggers: _Optional[_Iterable[str]] = ..., result: _Optional[_Union[Decision.Result, str]] = ..., error: _Optional[str] = ..., strategy: _Optional[str] = ..., status: _Optional[str] = ..., flows: _Optional[int] = ..., moved: _Optional[int] = ..., max_utilization: _Optional[float] = ..., links_at_max: _Optional[int] = ..., bound: _Optional[float] = ..., gap: _Optional[float] = ..., solve_seconds: _Optional[float] = ..., bindings_added: _Optional[int] = ..., bindings_changed: _Optional[int] = ..., bindings_removed: _Optional[int] = ..., jobs_changed: _Optional[_Iterable[str]] = ..., jobs_on_links: _Optional[_Iterable[str]] = ..., predictions: _Optional[_Iterable[_Union[JobPrediction, _Mapping]]] = ..., fallbacks: _Optional[int] = ..., unbound: _Optional[int] = ..., ports_mode: _Optional[str] = ..., bindings_verified: _Optional[int] = ..., probe_findings: _Optional[_Iterable[str]] = ..., links_over_ecmp: _Optional[int] = ..., links_over_planned: _Optional[int] = ..., jobs_off: _Optional[_Iterable[str]] = ..., ecmp_seed: _Optional[int] = ...) -> None: ...
