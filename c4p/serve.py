@@ -28,6 +28,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from c4p.controller.intake import IntakeLimits
+from c4p.controller.learning import PortMode, PortsSettings
 from c4p.controller.loop import LoopSettings
 from c4p.controller.modes import RolloutSettings
 from c4p.controller.reconcile import PlannerSettings
@@ -44,6 +45,11 @@ LOOPBACK_NAMES = ("localhost",)
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def is_unix(address: str) -> bool:
+    """``unix:/path``: a Unix socket (local only, like loopback)."""
+    return address.startswith("unix:")
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -104,13 +110,19 @@ def _targets_problems(fabric: FabricSource) -> list[tuple[str, str]]:
 
 
 class ListenConfig(Strict):
-    address: str = Field(default="127.0.0.1:50051", description="host:port (port 0: any free).")
+    address: str = Field(
+        default="127.0.0.1:50051", description="host:port (port 0: any free) or unix:/path."
+    )
     max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     grace_s: float = Field(default=5.0, ge=0, description="Shutdown: time given to calls.")
 
     @model_validator(mode="after")
     def _address(self) -> Self:
-        split_address(self.address)
+        if is_unix(self.address):
+            if not self.address.removeprefix("unix:").startswith("/"):
+                raise ValueError(f"{self.address!r}: write unix:/absolute/path")
+        else:
+            split_address(self.address)
         return self
 
 
@@ -167,6 +179,33 @@ class AuthConfig(Strict):
     )
 
 
+class AgentCredential(Strict):
+    """The credential of the agents of some hosts (one per host is best)."""
+
+    hosts: tuple[str, ...] = Field(min_length=1, description="Hosts this credential acts for.")
+    token: Secret
+
+
+class AgentsConfig(Strict):
+    """``agents:``: who may connect as a host agent, and the controller's probing ceiling."""
+
+    credentials: list[AgentCredential] = Field(default_factory=list)
+    require_client_name: bool = Field(
+        default=False, description="With mtls: the agent's certificate CN must be its host."
+    )
+    max_probes_per_s: float = Field(default=800.0, gt=0, le=100_000)
+    batch_timeout_s: float = Field(default=30.0, gt=0, le=600)
+
+    def tokens(self) -> dict[str, list[str]]:
+        """Host -> the tokens that may act for it."""
+        out: dict[str, list[str]] = {}
+        for credential in self.credentials:
+            token = credential.token.resolve()
+            for host in credential.hosts:
+                out.setdefault(host, []).append(token)
+        return out
+
+
 class StoreConfig(Strict):
     path: Path = Field(default=Path("c4p-controller.db"), description="SQLite file.")
     synchronous: Synchronous = Synchronous.FULL
@@ -213,9 +252,27 @@ class ServeConfig(Strict):
     metrics: MetricsConfig = MetricsConfig()
     logging: LoggingConfig = LoggingConfig()
     stream_check_s: float = Field(default=5.0, gt=0, le=300)
+    agents: AgentsConfig = AgentsConfig()
+    ports: PortsSettings = PortsSettings()
+
+    @property
+    def port_mode(self) -> PortMode:
+        """``ports.mode``, or learned when agents are configured, else predicted."""
+        if self.ports.mode is not None:
+            return self.ports.mode
+        return PortMode.LEARNED if self.agents.credentials else PortMode.PREDICTED
 
     @model_validator(mode="after")
     def _secure(self) -> Self:
+        if self.ports.mode in (PortMode.LEARNED, PortMode.VERIFIED) and not self.agents.credentials:
+            raise ValueError(
+                f"ports.mode: {self.ports.mode.value!r} needs host agents; give "
+                "agents.credentials (or use mode 'predicted')"
+            )
+        if self.agents.require_client_name and self.tls.mode != "mtls":
+            raise ValueError("agents.require_client_name needs tls.mode mtls")
+        if is_unix(self.listen.address):
+            return self
         host, _ = split_address(self.listen.address)
         if self.tls.mode == "plaintext" and not is_loopback(host):
             raise ValueError(
@@ -257,6 +314,14 @@ class ServeConfig(Strict):
                         "registration": secrets(self.auth.registration),
                     }
                 ),
+                "agents": self.agents.model_copy(
+                    update={
+                        "credentials": [
+                            c.model_copy(update={"token": secrets([c.token])[0]})
+                            for c in self.agents.credentials
+                        ]
+                    }
+                ),
             }
         )
 
@@ -278,6 +343,11 @@ class ServeConfig(Strict):
                     secret.resolve()
                 except (OSError, ValueError) as exc:
                     found.append((f"auth.{group}[{i}]", str(exc)))
+        for i, credential in enumerate(self.agents.credentials):
+            try:
+                credential.token.resolve()
+            except (OSError, ValueError) as exc:
+                found.append((f"agents.credentials[{i}].token", str(exc)))
         return found
 
     def admin_tokens(self) -> list[str]:

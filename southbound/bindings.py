@@ -74,6 +74,10 @@ class Binding(_Frozen):
     path: tuple[str, ...] = Field(min_length=2)
     epoch: int = Field(ge=0)
     rate: float = Field(default=1.0, gt=0)
+    verified: bool = False
+    """True only when a probe (a trusted learned-table entry) showed this port take ``path``,
+    or when the NIC pair has a single path (no switch on the way has a choice, so no hash
+    decides): the hash model alone never sets it."""
 
     @model_validator(mode="after")
     def _label_gives_port(self) -> Self:
@@ -108,6 +112,9 @@ class Binding(_Frozen):
 class IssueKind(StrEnum):
     FALLBACK = "fallback"
     UNBOUND = "unbound"
+    MISMATCH = "mismatch"  # a probe saw the port take another path than predicted
+    BLACK_HOLE = "black-hole"  # a probe of the port was answered "unreachable" on the way
+    PREDICTED = "predicted"  # no agent on the host: the port is the model's, not seen
 
 
 class BindingIssue(_Frozen):

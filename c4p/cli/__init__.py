@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import typer
 
+from c4p.cli.agent import agent_cmd
 from c4p.cli.bench import bench_cmd
 from c4p.cli.discover import fabric_discover
 from c4p.cli.emulate import fabric_emulate
@@ -39,6 +40,7 @@ app.command("serve")(serve)
 app.command("plan")(plan_cmd)
 app.command("evaluate")(evaluate_cmd)
 app.command("bench")(bench_cmd)
+app.command("agent")(agent_cmd)
 app.command("report")(report_cmd)
 
 __all__ = ["app", "main"]

@@ -44,6 +44,8 @@ class AppliedBinding:
     flow_label: int
     epoch: int
     path: tuple[str, ...]
+    verified: bool = False
+    """A probe showed the port take ``path`` (learned/verified port modes)."""
 
     @property
     def id(self) -> QpId:
@@ -73,6 +75,7 @@ class AppliedBinding:
             flow_label=b.flow_label,
             epoch=b.epoch,
             path=tuple(b.path),
+            verified=b.verified,
         )
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from c4p.controller.learning import LearningPorts
 from c4p.controller.state import ControllerState, PlanInputs, StepDraft
 from c4p.controller.triggers import Key, KeyKind, describe
 from c4p.store.base import (
@@ -237,6 +238,7 @@ class Reconciler:
         bound: tuple[Binding, ...] = ()
         fallbacks = unbound = 0
         issues_by_job: dict[str, list[BindingIssue]] = {}
+        probe_notes: tuple[str, ...] = ()
         if specs:
             workload = derive_workload(snapshot, JobsFile(jobs=specs))
             s = self.settings
@@ -258,13 +260,10 @@ class Reconciler:
                     for h in held.values()
                 ),
             )  # bindings keep the epoch that set each of them, so the set mixes epochs
-            bset = bindings_for_paths(
-                snapshot,
-                routes_from_flows(result.flows, result.paths),
-                epoch,
-                previous=previous,
-                source=ports,
-            )
+            routes = routes_from_flows(result.flows, result.paths)
+            bset = bindings_for_paths(snapshot, routes, epoch, previous=previous, source=ports)
+            if isinstance(ports, LearningPorts):  # learned/verified: mark what probes saw
+                bset, probe_notes = ports.learner.annotate(snapshot, bset, routes)
             bound, fallbacks, unbound = bset.bindings, len(bset.fallbacks), len(bset.unbound)
             for issue in bset.issues:
                 issues_by_job.setdefault(issue.job, []).append(issue)
@@ -298,6 +297,9 @@ class Reconciler:
                 "solve_seconds": time.perf_counter() - started,
                 "fallbacks": fallbacks,
                 "unbound": unbound,
+                "ports_mode": getattr(ports, "learner", ports).mode,
+                "bindings_verified": sum(b.verified for b in bound),
+                "probe_findings": probe_notes,
                 "predictions": tuple(predictions[j] for j in sorted(predictions)),
                 "hottest": hottest,
                 "links_over_ecmp": over[0],
@@ -429,6 +431,7 @@ def _unchanged(old: HeldBinding, new: HeldBinding) -> bool:
         a.applies_same(b)
         and a.path == b.path
         and a.rate == b.rate
+        and a.verified == b.verified
         and (old.src_rank, old.dst_rank, old.channel) == (new.src_rank, new.dst_rank, new.channel)
     )
 

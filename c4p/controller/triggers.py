@@ -42,6 +42,8 @@ class KeyKind(StrEnum):
     TIMER = "timer"  # a held link may be usable now; a periodic re-plan
     REPLAN = "replan"  # an operator asked for a plan now
     RETRY = "retry"  # the last plan failed
+    PROBE = "probe"  # a probe round finished: the learned table knows more
+    AGENT = "agent"  # a host agent connected or went away
     MODE = "mode"  # a job's control mode was set, or the rollback engaged or cleared
     WIRING = "wiring"  # re-discovery found links gone, new or re-speeded (the reason says which)
 

@@ -143,12 +143,16 @@ def binding(h: HeldBinding) -> pb.Binding:
         flow_label=b.flow_label,
         epoch=b.epoch,
         path=list(b.path),
+        verified=b.verified,
     )
 
 
 _ISSUE_KIND = {
     IssueKind.FALLBACK: pb.BindingIssue.KIND_FALLBACK,
     IssueKind.UNBOUND: pb.BindingIssue.KIND_UNBOUND,
+    IssueKind.MISMATCH: pb.BindingIssue.KIND_MISMATCH,
+    IssueKind.BLACK_HOLE: pb.BindingIssue.KIND_BLACK_HOLE,
+    IssueKind.PREDICTED: pb.BindingIssue.KIND_PREDICTED,
 }
 
 
@@ -253,6 +257,9 @@ def decision(d: DecisionRecord) -> pb.Decision:
         predictions=[prediction(p) for p in d.predictions],
         fallbacks=d.fallbacks,
         unbound=d.unbound,
+        ports_mode=d.ports_mode,
+        bindings_verified=d.bindings_verified,
+        probe_findings=list(d.probe_findings),
         links_over_ecmp=d.links_over_ecmp,
         links_over_planned=d.links_over_planned,
         jobs_off=list(d.jobs_off),

@@ -41,15 +41,20 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from c4p.controller.intake import Intake
+from c4p.controller.learning import PortLearner, PortMode
 from c4p.controller.loop import ControllerLoop, LinkEventLike
 from c4p.controller.reconcile import PortSourceFactory, Reconciler, StepOutcome
 from c4p.controller.state import ControllerState
+from c4p.controller.triggers import Key, KeyKind
 from c4p.files import load_fabric
-from c4p.serve import ServeConfig, load_targets, split_address
+from c4p.serve import ServeConfig, is_unix, load_targets, split_address
 from c4p.service import admin, flow_intent
+from c4p.service import agents as agent_service
 from c4p.service.access import Guard, RateLimiter
+from c4p.service.agents import AgentHub
 from c4p.service.fabric_watch import FabricWatch
 from c4p.service.flow_intent import StreamHub
+from c4p.service.probing import ProbeWorker
 from c4p.service.rpc import Gate
 from c4p.service.telemetry import Metrics
 from c4p.store.sqlite import SqliteStore
@@ -110,11 +115,29 @@ class ServiceRuntime:
             config.rollout,
         )
         self.metrics = Metrics()
+        # Host agents and port modes (learned / verified / predicted): see c4p.controller.learning.
+        self.agents: AgentHub | None = None
+        self.learner: PortLearner | None = None
+        self.probe_worker: ProbeWorker | None = None
+        if config.agents.credentials:
+            self.agents = AgentHub(
+                self.fabric,
+                config.agents,
+                client_names=config.agents.require_client_name,
+                on_change=self._agent_changed,
+            )
+        if self.agents is not None and config.port_mode is not PortMode.PREDICTED:
+            self.learner = PortLearner(
+                self.fabric, config.ports, config.port_mode, self.agents.hosts
+            )
+            ports = ports or self.learner.source
         self.hub = StreamHub(config.limits.max_streams_per_job, config.limits.max_streams)
         self.reconciler = Reconciler(self.state, self.store, config.planner, ports)
         self.loop = ControllerLoop(
             self.reconciler, config.controller, clock=clock, on_step=self._after_step
         )
+        if self.learner is not None and self.agents is not None:
+            self.probe_worker = ProbeWorker(self.learner, self.agents, self.loop)
         self.intake = Intake(self.state, self.store, config.limits.intake, clock)
         self.guard = Guard(
             self.store.token_secret(),
@@ -201,7 +224,13 @@ class ServiceRuntime:
         )
         return result.fabric
 
+    def _agent_changed(self, host: str, up: bool) -> None:
+        """An agent connected or went away (loop thread): its hosts' ports may change mode."""
+        self.loop.enqueue(Key(KeyKind.AGENT, host, "up" if up else "down", force=True))
+
     def _after_step(self, outcome: StepOutcome) -> None:
+        if self.probe_worker is not None:
+            self.probe_worker.kick()  # the step may have asked for probes
         d = outcome.decision
         self.metrics.record_plan(d)
         with self.state.lock:
@@ -231,6 +260,10 @@ class ServiceRuntime:
     async def start(self) -> str:
         """Start everything; returns the bound ``host:port``."""
         cfg = self.config
+        if self.agents is not None:
+            self.agents.attach(asyncio.get_running_loop())
+        if self.probe_worker is not None:
+            await self.probe_worker.start()
         await self.loop.start()
         size = cfg.listen.max_message_bytes
         server = grpc.aio.server(
@@ -249,22 +282,31 @@ class ServiceRuntime:
             )
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        names = (
+        names: tuple[str, ...] = (
             flow_intent.SERVICE,
             admin.SERVICE,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
         )
+        if self.agents is not None:
+            server.add_generic_rpc_handlers((self.agents.handler(),))
+            names = (*names, agent_service.SERVICE)
         reflection.enable_server_reflection((*names, reflection.SERVICE_NAME), server)
-        host, port = split_address(cfg.listen.address)
         credentials = server_credentials(cfg)
-        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if is_unix(cfg.listen.address):  # agents in host namespaces reach us through a socket
+            target = cfg.listen.address
+        else:
+            host, port = split_address(cfg.listen.address)
+            target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if credentials is None:
             bound = server.add_insecure_port(target)
         else:
             bound = server.add_secure_port(target, credentials)
         await server.start()
         self.server = server
-        self.address = f"{host}:{bound}" if ":" not in host else f"[{host}]:{bound}"
+        if is_unix(cfg.listen.address):
+            self.address = cfg.listen.address
+        else:
+            self.address = f"{host}:{bound}" if ":" not in host else f"[{host}]:{bound}"
         for name in ("", *names[:2]):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if cfg.metrics.address:
@@ -341,6 +383,10 @@ class ServiceRuntime:
             await asyncio.to_thread(pump.join, 5.0)
         await self.health.enter_graceful_shutdown()
         self.hub.close_all()
+        if self.probe_worker is not None:
+            await self.probe_worker.stop()
+        if self.agents is not None:
+            await self.agents.close()
         if self.server is not None:
             await self.server.stop(self.config.listen.grace_s)
         await self.loop.stop()

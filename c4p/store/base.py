@@ -199,6 +199,12 @@ class DecisionRecord(Frozen):
     """Hash of the planning inputs (jobs' intent revisions, effective link states)."""
     job_revisions: dict[str, int] = Field(default_factory=dict)
     """Per job: the intent revision this plan covers."""
+    ports_mode: str = ""
+    """Where the ports came from: ``predicted``, ``learned`` or ``verified``."""
+    bindings_verified: int = 0
+    """Bindings whose port a probe showed on its path."""
+    probe_findings: tuple[str, ...] = ()
+    """What probes showed against the plan (mismatches, black holes), each reported once."""
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,7 @@ class QpRef(_message.Message):
     def __init__(self, communicator: _Optional[str] = ..., connection: _Optional[int] = ..., qp: _Optional[int] = ...) -> None: ...
 
 class Binding(_message.Message):
-    __slots__ = ("qp", "src_rank", "dst_rank", "channel", "src_port", "dst_port", "udp_sport", "flow_label", "epoch", "path")
+    __slots__ = ("qp", "src_rank", "dst_rank", "channel", "src_port", "dst_port", "udp_sport", "flow_label", "epoch", "path", "verified")
     QP_FIELD_NUMBER: _ClassVar[int]
     SRC_RANK_FIELD_NUMBER: _ClassVar[int]
     DST_RANK_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +177,7 @@ class Binding(_message.Message):
     FLOW_LABEL_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    VERIFIED_FIELD_NUMBER: _ClassVar[int]
     qp: QpRef
     src_rank: int
     dst_rank: int
@@ -187,7 +188,8 @@ class Binding(_message.Message):
     flow_label: int
     epoch: int
     path: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, qp: _Optional[_Union[QpRef, _Mapping]] = ..., src_rank: _Optional[int] = ..., dst_rank: _Optional[int] = ..., channel: _Optional[int] = ..., src_port: _Optional[str] = ..., dst_port: _Optional[str] = ..., udp_sport: _Optional[int] = ..., flow_label: _Optional[int] = ..., epoch: _Optional[int] = ..., path: _Optional[_Iterable[str]] = ...) -> None: ...
+    verified: bool
+    def __init__(self, qp: _Optional[_Union[QpRef, _Mapping]] = ..., src_rank: _Optional[int] = ..., dst_rank: _Optional[int] = ..., channel: _Optional[int] = ..., src_port: _Optional[str] = ..., dst_port: _Optional[str] = ..., udp_sport: _Optional[int] = ..., flow_label: _Optional[int] = ..., epoch: _Optional[int] = ..., path: _Optional[_Iterable[str]] = ..., verified: _Optional[bool] = ...) -> None: ...
 
 class BindingIssue(_message.Message):
     __slots__ = ("qp", "kind", "reason")
@@ -196,9 +198,15 @@ class BindingIssue(_message.Message):
         KIND_UNSPECIFIED: _ClassVar[BindingIssue.Kind]
         KIND_FALLBACK: _ClassVar[BindingIssue.Kind]
         KIND_UNBOUND: _ClassVar[BindingIssue.Kind]
+        KIND_MISMATCH: _ClassVar[BindingIssue.Kind]
+        KIND_BLACK_HOLE: _ClassVar[BindingIssue.Kind]
+        KIND_PREDICTED: _ClassVar[BindingIssue.Kind]
     KIND_UNSPECIFIED: BindingIssue.Kind
     KIND_FALLBACK: BindingIssue.Kind
     KIND_UNBOUND: BindingIssue.Kind
+    KIND_MISMATCH: BindingIssue.Kind
+    KIND_BLACK_HOLE: BindingIssue.Kind
+    KIND_PREDICTED: BindingIssue.Kind
     QP_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -234,7 +242,7 @@ class JobPrediction(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., busbw_gbps: _Optional[float] = ..., line_rate_gbps: _Optional[float] = ..., busbw_fraction: _Optional[float] = ..., slowest_communicator: _Optional[str] = ..., control_mode: _Optional[_Union[ControlMode, str]] = ..., ecmp_busbw_gbps: _Optional[float] = ..., moved: _Optional[int] = ..., bindings_pushed: _Optional[int] = ..., links_over_ecmp: _Optional[int] = ..., links_over_planned: _Optional[int] = ...) -> None: ...
 
 class Decision(_message.Message):
-    __slots__ = ("sequence", "epoch", "at", "reason", "triggers", "result", "error", "strategy", "status", "flows", "moved", "max_utilization", "links_at_max", "bound", "gap", "solve_seconds", "bindings_added", "bindings_changed", "bindings_removed", "jobs_changed", "jobs_on_links", "predictions", "fallbacks", "unbound", "links_over_ecmp", "links_over_planned", "jobs_off", "ecmp_seed")
+    __slots__ = ("sequence", "epoch", "at", "reason", "triggers", "result", "error", "strategy", "status", "flows", "moved", "max_utilization", "links_at_max", "bound", "gap", "solve_seconds", "bindings_added", "bindings_changed", "bindings_removed", "jobs_changed", "jobs_on_links", "predictions", "fallbacks", "unbound", "ports_mode", "bindings_verified", "probe_findings", "links_over_ecmp", "links_over_planned", "jobs_off", "ecmp_seed")
     class Result(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         RESULT_UNSPECIFIED: _ClassVar[Decision.Result]
@@ -267,6 +275,9 @@ class Decision(_message.Message):
     PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
     FALLBACKS_FIELD_NUMBER: _ClassVar[int]
     UNBOUND_FIELD_NUMBER: _ClassVar[int]
+    PORTS_MODE_FIELD_NUMBER: _ClassVar[int]
+    BINDINGS_VERIFIED_FIELD_NUMBER: _ClassVar[int]
+    PROBE_FINDINGS_FIELD_NUMBER: _ClassVar[int]
     LINKS_OVER_ECMP_FIELD_NUMBER: _ClassVar[int]
     LINKS_OVER_PLANNED_FIELD_NUMBER: _ClassVar[int]
     JOBS_OFF_FIELD_NUMBER: _ClassVar[int]
@@ -295,8 +306,11 @@ class Decision(_message.Message):
     predictions: _containers.RepeatedCompositeFieldContainer[JobPrediction]
     fallbacks: int
     unbound: int
+    ports_mode: str
+    bindings_verified: int
+    probe_findings: _containers.RepeatedScalarFieldContainer[str]
     links_over_ecmp: int
     links_over_planned: int
     jobs_off: _containers.RepeatedScalarFieldContainer[str]
     ecmp_seed: int
-    def __init__(self, sequence: _Optional[int] = ..., epoch: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., triggers: _Optional[_Iterable[str]] = ..., result: _Optional[_Union[Decision.Result, str]] = ..., error: _Optional[str] = ..., strategy: _Optional[str] = ..., status: _Optional[str] = ..., flows: _Optional[int] = ..., moved: _Optional[int] = ..., max_utilization: _Optional[float] = ..., links_at_max: _Optional[int] = ..., bound: _Optional[float] = ..., gap: _Optional[float] = ..., solve_seconds: _Optional[float] = ..., bindings_added: _Optional[int] = ..., bindings_changed: _Optional[int] = ..., bindings_removed: _Optional[int] = ..., jobs_changed: _Optional[_Iterable[str]] = ..., jobs_on_links: _Optional[_Iterable[str]] = ..., predictions: _Optional[_Iterable[_Union[JobPrediction, _Mapping]]] = ..., fallbacks: _Optional[int] = ..., unbound: _Optional[int] = ..., links_over_ecmp: _Optional[int] = ..., links_over_planned: _Optional[int] = ..., jobs_off: _Optional[_Iterable[str]] = ..., ecmp_seed: _Optional[int] = ...) -> None: ...
+    def __init__(self, sequence: _Optional[int] = ..., epoch: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., triggers: _Optional[_Iterable[str]] = ..., result: _Optional[_Union[Decision.Result, str]] = ..., error: _Optional[str] = ..., strategy: _Optional[str] = ..., status: _Optional[str] = ..., flows: _Optional[int] = ..., moved: _Optional[int] = ..., max_utilization: _Optional[float] = ..., links_at_max: _Optional[int] = ..., bound: _Optional[float] = ..., gap: _Optional[float] = ..., solve_seconds: _Optional[float] = ..., bindings_added: _Optional[int] = ..., bindings_changed: _Optional[int] = ..., bindings_removed: _Optional[int] = ..., jobs_changed: _Optional[_Iterable[str]] = ..., jobs_on_links: _Optional[_Iterable[str]] = ..., predictions: _Optional[_Iterable[_Union[JobPrediction, _Mapping]]] = ..., fallbacks: _Optional[int] = ..., unbound: _Optional[int] = ..., ports_mode: _Optional[str] = ..., bindings_verified: _Optional[int] = ..., probe_findings: _Optional[_Iterable[str]] = ..., links_over_ecmp: _Optional[int] = ..., links_over_planned: _Optional[int] = ..., jobs_off: _Optional[_Iterable[str]] = ..., ecmp_seed: _Optional[int] = ...) -> None: ...

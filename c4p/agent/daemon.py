@@ -1,0 +1,297 @@
+"""The agent process: its components, its session with the controller, signals, reconnects.
+
+Why components: the agent does two jobs on a GPU host, probing for the controller (here) and
+handing the host's ranks their bindings over a Unix socket (the binding side, its own modules).
+The daemon runs a list of :class:`Component` s, started in order and stopped in reverse, so the
+binding side plugs in without touching the session code; the probe session is itself a
+component (:class:`ControllerSession`).
+
+The session (``AgentService.Connect``, see ``proto/c4p/v1/agent.proto``): the agent dials the
+first controller endpoint, sends ``hello`` (host, ports, its own rate), and waits for
+``welcome`` (address book, the controller's rate). Only then does the executor accept batches;
+every batch is answered by one ``results`` message. When the stream ends for any reason (the
+controller stopped, the network broke, the credential was refused) the executor's terms are
+dropped at once, so the agent is **idle**: it never probes on its own. It then reconnects with
+bounded exponential backoff and jitter (``reconnect.initial_s`` doubling to ``reconnect.max_s``),
+trying the configured endpoints in turn, forever, until stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import random
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from importlib import metadata
+from typing import Protocol
+
+import grpc
+
+from c4p.agent.config import AgentConfig
+from c4p.agent.executor import ProbeExecutor, ProberFactory, SessionTerms
+from c4p.api.v1 import agent_pb2 as pb
+
+log = logging.getLogger("c4p.agent")
+
+CONNECT = "/c4p.v1.AgentService/Connect"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("c4p")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+FINAL_CODES = (
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.INVALID_ARGUMENT,
+)
+"""Refusals that a retry will not cure: logged as errors (the agent still retries, at the
+longest interval, so a fixed controller config is picked up without restarting agents)."""
+
+
+class Component(Protocol):
+    """A part of the agent with a life: started in order, stopped in reverse."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class SessionState(StrEnum):
+    IDLE = "idle"  # not started, or stopped
+    CONNECTING = "connecting"
+    CONNECTED = "connected"  # welcome received: batches are accepted
+    RECONNECTING = "reconnecting"  # waiting out the backoff
+
+
+@dataclass
+class SessionStatus:
+    state: SessionState = SessionState.IDLE
+    endpoint: str = ""
+    sessions: int = 0
+    attempts: int = 0
+    last_error: str = ""
+    rate: float = 0.0
+    history: list[SessionState] = field(default_factory=list)
+
+
+def channel_for(config: AgentConfig, endpoint: str) -> grpc.aio.Channel:
+    """A channel to one endpoint (``unix:/path`` or ``host:port``) with the configured TLS."""
+    options: list[tuple[str, str | int]] = [
+        ("grpc.keepalive_time_ms", 10_000),
+        ("grpc.keepalive_timeout_ms", 5_000),
+    ]
+    tls = config.tls
+    if tls.mode == "plaintext":
+        return grpc.aio.insecure_channel(endpoint, options=options)
+    assert tls.ca_file is not None
+    key = cert = None
+    if tls.mode == "mtls":
+        assert tls.key_file is not None and tls.cert_file is not None
+        key, cert = tls.key_file.read_bytes(), tls.cert_file.read_bytes()
+    credentials = grpc.ssl_channel_credentials(tls.ca_file.read_bytes(), key, cert)
+    if tls.server_name:
+        options.append(("grpc.ssl_target_name_override", tls.server_name))
+    return grpc.aio.secure_channel(endpoint, credentials, options=options)
+
+
+class ControllerSession:
+    """The probe session with the controller (see the module docstring)."""
+
+    name = "controller-session"
+
+    def __init__(
+        self, config: AgentConfig, executor: ProbeExecutor, *, seed: int | None = None
+    ) -> None:
+        self.config = config
+        self.executor = executor
+        self.status = SessionStatus()
+        self._token = config.token.resolve()
+        self._random = random.Random(seed)
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._changed: asyncio.Condition | None = None
+
+    def _set(self, state: SessionState) -> None:
+        self.status.state = state
+        self.status.history.append(state)
+        del self.status.history[:-100]  # the recent ones: an agent may reconnect for months
+        if self._changed is not None:
+            asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        assert self._changed is not None
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_for(self, state: SessionState, timeout: float) -> bool:
+        """Wait (bounded) until the session is in ``state``."""
+        assert self._changed is not None
+        with contextlib.suppress(TimeoutError):
+            async with self._changed:
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: self.status.state is state), timeout
+                )
+        return self.status.state is state
+
+    async def start(self) -> None:
+        self._changed = asyncio.Condition()
+        self._task = asyncio.create_task(self._run(), name="c4p-agent-session")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self.executor.end()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._set(SessionState.IDLE)
+
+    async def _run(self) -> None:
+        failures = 0
+        endpoints = self.config.controllers
+        settings = self.config.reconnect
+        while not self._stopping:
+            endpoint = endpoints[self.status.attempts % len(endpoints)]
+            self.status.attempts += 1
+            self.status.endpoint = endpoint
+            self._set(SessionState.CONNECTING)
+            final = False
+            try:
+                welcomed = await self._session(endpoint)
+                failures = 0 if welcomed else failures
+                self.status.last_error = "the controller ended the session"
+            except grpc.aio.AioRpcError as exc:
+                final = exc.code() in FINAL_CODES
+                self.status.last_error = f"{exc.code().name}: {exc.details()}"
+            except (OSError, ValueError) as exc:
+                self.status.last_error = f"{type(exc).__name__}: {exc}"
+            finally:
+                self.executor.end()  # idle at once: never probe without a controller
+            if self._stopping:
+                break
+            delay = (
+                settings.max_s
+                if final
+                else min(settings.max_s, settings.initial_s * 2 ** min(failures, 30))
+            )
+            failures += 1
+            delay *= 0.5 + self._random.random() / 2  # jitter: agents do not reconnect in step
+            (log.error if final else log.warning)(
+                "controller lost",
+                extra={
+                    "event": "controller-lost",
+                    "endpoint": endpoint,
+                    "error": self.status.last_error,
+                    "retry_s": round(delay, 3),
+                },
+            )
+            self._set(SessionState.RECONNECTING)
+            await asyncio.sleep(delay)
+
+    def _hello(self) -> pb.AgentMessage:
+        return pb.AgentMessage(
+            hello=pb.AgentHello(
+                host=self.config.host,
+                ports=[
+                    pb.AgentPort(port=p.port, interface=p.interface, address=str(p.address))
+                    for p in self.config.ports
+                ],
+                max_probes_per_s=self.config.probing.max_probes_per_s,
+                version=_version(),
+            )
+        )
+
+    async def _session(self, endpoint: str) -> bool:
+        """One session until the stream ends; ``True`` if it was welcomed."""
+        async with channel_for(self.config, endpoint) as channel:
+            connect = channel.stream_stream(
+                CONNECT,
+                request_serializer=lambda m: bytes(m.SerializeToString()),
+                response_deserializer=pb.ControllerMessage.FromString,
+            )
+            call = connect(metadata=(("authorization", f"Bearer {self._token}"),))
+            await call.write(self._hello())
+            first = await call.read()
+            if first is grpc.aio.EOF or not first.HasField("welcome"):
+                await call.done_writing()
+                return False
+            welcome = first.welcome
+            book = frozenset(ipaddress.ip_address(a) for a in welcome.address_book)
+            rate = self.executor.begin(SessionTerms(book, welcome.max_probes_per_s))
+            self.status.sessions += 1
+            self.status.rate = rate
+            self._set(SessionState.CONNECTED)
+            log.info(
+                "connected",
+                extra={
+                    "event": "connected",
+                    "endpoint": endpoint,
+                    "session": welcome.session,
+                    "ports": list(welcome.ports),
+                    "addresses": len(book),
+                    "rate": rate,
+                },
+            )
+            while True:
+                message = await call.read()
+                if message is grpc.aio.EOF:
+                    return True
+                if message.HasField("batch"):
+                    results = await asyncio.to_thread(self.executor.run, message.batch)
+                    await call.write(pb.AgentMessage(results=results))
+
+
+class AgentDaemon:
+    """The agent process: components in order, the session among them; stops on a signal."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        prober_factory: ProberFactory,
+        *,
+        components: Sequence[Component] = (),
+        seed: int | None = None,
+    ) -> None:
+        self.config = config
+        self.executor = ProbeExecutor(config, prober_factory)
+        self.session = ControllerSession(config, self.executor, seed=seed)
+        self.components: list[Component] = [self.session, *components]
+        self._started: list[Component] = []
+
+    async def start(self) -> None:
+        for component in self.components:
+            await component.start()
+            self._started.append(component)
+
+    async def stop(self) -> None:
+        while self._started:
+            component = self._started.pop()
+            try:
+                await component.stop()
+            except Exception:
+                log.exception("component stop failed", extra={"component": component.name})
+
+    async def run_until_signal(self) -> None:
+        """``c4p agent``: start, wait for SIGINT/SIGTERM, stop (also when start fails)."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await self.start()
+            log.info("agent started", extra={"event": "started", "host": self.config.host})
+            await stop.wait()
+        finally:
+            await self.stop()
+            log.info("agent stopped", extra={"event": "stopped", "host": self.config.host})
