@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING, Annotated, Any
@@ -271,6 +271,20 @@ class Fabric(Frozen):
         return self.links[self.index.link_number(link_id)]
 
     # -- snapshots ---------------------------------------------------------------------------
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Fabric:
+        """A copy; with ``update``, a new snapshot built by the constructor.
+
+        Why not pydantic's copy: it copies the instance dict, cached :attr:`index` included,
+        so a copy with other switches or links would keep the old arrays (hash tables,
+        routing) and skip the cross-reference checks. An update therefore goes through the
+        constructor, like :meth:`with_link_status`.
+        """
+        if not update:
+            return super().model_copy(deep=deep)
+        data: dict[str, Any] = {name: getattr(self, name) for name in type(self).model_fields}
+        data.update(update)
+        return type(self)(**data)
 
     def with_link_status(self, changes: dict[int, LinkStatus]) -> Fabric:
         """A new snapshot where link number ``i`` has status ``changes[i]``."""
