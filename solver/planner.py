@@ -57,9 +57,12 @@ from solver.cpsat import solve_cpsat
 from solver.ecmp import ecmp_paths
 from solver.errors import SolverError
 from solver.flows import Flow, Workload
-from solver.greedy import exact_reason, exact_spines, place_exact, place_greedy
+from solver.coloring import assign_spines
+from solver.greedy import exact_reason, exact_spines, place_exact, place_greedy, spine_rows
 from solver.incremental import Previous, match_middles, match_previous
 from solver.problem import SAME_LEAF, TOLERANCE, UNREACHABLE, Objective, Problem, build_problem
+from solver.kempe import SpineGrid
+from solver.repair import min_moves, repair
 from solver.result import Bounds, Part, Plan
 from topology.index import FloatArray, IntArray
 from topology.model import Fabric
@@ -113,6 +116,7 @@ class _Component:
     solver_bound: float | None = None
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
+    min_moves: int | None = None
 
     @property
     def best(self) -> float:
@@ -163,6 +167,7 @@ class _Planner:
         self.seed = seed
         self.deadline = deadline
         self._shape: fattree.FatTreeShape | str | None = None
+        self._intact_shape: fattree.FatTreeShape | str | None = None
 
     def key(self, c: _Component, choice: IntArray) -> tuple[float, ...]:
         """What "better" means for a component: the objective, lexicographically."""
@@ -248,7 +253,13 @@ class _Planner:
         prior = self.prior(c)
         options: list[tuple[IntArray, str, bool]] = []
         if prior is not None and self.strategy != "exact":
-            # Keep what may stay, place the rest: at the bound, nothing else can move fewer.
+            # Keep what may stay, evict what must go, re-place: at the bound, done.
+            if self.strategy == "auto":
+                fixed = repair(problem, c.flows, prior, c.best, self.grid(c))
+                if fixed.reached:
+                    c.choice, c.method = fixed.choice, "repair"
+                    c.seconds = time.perf_counter() - start
+                    return
             options.append((self.greedy(c.flows, prior), "greedy", False))
             if self.at_bound(c, options[0][0]):
                 c.choice, c.method = options[0][:2]
@@ -271,12 +282,68 @@ class _Planner:
             if tree is not None:
                 options.append(tree)
         proven = any(optimal for _, _, optimal in options)
+        if self.strategy == "auto" and not proven:
+            healed = self.heal(c, prior)
+            if healed is not None:
+                options.append(healed)
+                proven = self.at_bound(c, healed[0])
         if prior is None and self.strategy != "exact" and not proven:
             options.append((self.greedy(c.flows, None), "greedy", False))
         keys = [self.key(c, choice) for choice, _, _ in options]
         best = min(range(len(options)), key=lambda i: keys[i])
         c.choice, c.method, c.proven = options[best]
+        if prior is not None and self.strategy == "auto":
+            # The same max utilization with fewer moves: repair the previous plan to it.
+            z = float(keys[best][0])
+            fixed = repair(problem, c.flows, prior, z, self.grid(c))
+            if fixed.reached and self.key(c, fixed.choice) < keys[best]:
+                c.choice, c.method = fixed.choice, "repair"
         c.seconds = time.perf_counter() - start
+
+    def heal(self, c: _Component, prior: IntArray | None) -> tuple[IntArray, str, bool] | None:
+        """Colour the intact structure (every link taken as up), keep the flows whose colour
+        is still a candidate, and repair the rest to the bound (:mod:`solver.repair`); with
+        ``prior``, the previous plan's valid paths are the start instead."""
+        problem = self.problem
+        weights = problem.weight[c.flows]
+        if not len(c.flows) or np.any(weights != weights[0]):
+            return None
+        start = self.intact(c)
+        if start is None:
+            return None
+        if prior is not None:  # flows whose old path is still fine keep it
+            start = np.where(prior >= 0, prior, start)
+        fixed = repair(problem, c.flows, start, c.best, self.grid(c))
+        if not fixed.reached:
+            return None
+        return fixed.choice, "repair", True
+
+    def grid(self, c: _Component) -> SpineGrid | None:
+        """The spine grid of a 2-tier component of equal weights (two-spine exchanges)."""
+        problem = self.problem
+        weights = problem.weight[c.flows]
+        if not problem.two_tier or not len(c.flows) or np.any(weights != weights[0]):
+            return None
+        return SpineGrid.build(problem, c.pairs)
+
+    def intact(self, c: _Component) -> IntArray | None:
+        """Each flow's candidate under the exact colouring of the intact fabric (every link
+        up), ``-1`` where that path is down or drained; ``None`` where no colouring applies."""
+        problem = self.problem
+        leaves = problem.pair_leaves[problem.pair[c.flows]]
+        if problem.two_tier:
+            spines, rows = spine_rows(problem, c.pairs)
+            spine = assign_spines(leaves[:, 0], leaves[:, 1], len(spines))
+            return rows[np.searchsorted(c.pairs, problem.pair[c.flows]), spine]
+        if self._intact_shape is None:
+            self._intact_shape = fattree.analyse(problem.fabric, ignore_status=True)
+        if isinstance(self._intact_shape, str):
+            return None
+        result = fattree.assign_fat_tree(self._intact_shape, leaves[:, 0], leaves[:, 1])
+        middles = np.full((len(c.flows), problem.table.shape[1]), problem.pad, dtype=np.int64)
+        for i, path in enumerate(result.paths):
+            middles[i, : len(path)] = path
+        return match_middles(problem, c.flows, middles)
 
     def greedy(self, flows: IntArray, prior: IntArray | None) -> IntArray:
         """Greedy for ``flows``; with ``prior``, flows that may stay do and the rest follow."""
