@@ -47,7 +47,8 @@ class SpineGrid:
         index = problem.index
         counts = problem.num_candidates(pairs)
         starts = problem.offset[pairs]
-        all_rows = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, counts, strict=True)])
+        first = np.cumsum(counts) - counts
+        all_rows = np.arange(int(counts.sum())) + np.repeat(starts - first, counts)
         spine_of_row = index.res_dst[problem.table[all_rows, 0]]
         spines = np.unique(spine_of_row)
         local = np.searchsorted(spines, spine_of_row)

@@ -168,6 +168,7 @@ class _Planner:
         self.deadline = deadline
         self._shape: fattree.FatTreeShape | str | None = None
         self._intact_shape: fattree.FatTreeShape | str | None = None
+        self._grids: dict[int, SpineGrid] = {}
 
     def key(self, c: _Component, choice: IntArray) -> tuple[float, ...]:
         """What "better" means for a component: the objective, lexicographically."""
@@ -324,7 +325,10 @@ class _Planner:
         weights = problem.weight[c.flows]
         if not problem.two_tier or not len(c.flows) or np.any(weights != weights[0]):
             return None
-        return SpineGrid.build(problem, c.pairs)
+        key = id(c)
+        if key not in self._grids:
+            self._grids[key] = SpineGrid.build(problem, c.pairs)
+        return self._grids[key]
 
     def intact(self, c: _Component) -> IntArray | None:
         """Each flow's candidate under the exact colouring of the intact fabric (every link
@@ -499,7 +503,12 @@ def _assemble(
     moved_mask = np.zeros(problem.num_flows, dtype=bool)
     if prior is not None:
         moved_mask = prior.had & reachable & (prior.choice != choice)
-    objective = problem.measure(problem.path_loads(paths), int(moved_mask.sum()))
+    placed = problem.cross[choice[problem.cross] >= 0]
+    if strategy == "ecmp" and len(placed) < len(problem.cross):
+        load = problem.path_loads(paths)  # an ECMP path that is no candidate (impossible)
+    else:
+        load = problem.loads(placed, choice[placed])
+    objective = problem.measure(load, int(moved_mask.sum()))
     parts = []
     for c in components:
         local = _objective(problem, c, c.choice)
