@@ -133,8 +133,9 @@ def exchange(
     arc_count = np.bincount(arc_of)
     arc_pair, arc_category = np.divmod(arc_keys, 3)
     source, sink = n_left + n_right, n_left + n_right + 1
-    tails = np.concatenate([np.full(n_left, source), np.arange(n_right) + n_left, arc_pair // n_right])
-    heads = np.concatenate([np.arange(n_left), np.full(n_right, sink), arc_pair % n_right + n_left])
+    arc_tail, arc_head = arc_pair // n_right, arc_pair % n_right + n_left
+    tails = np.concatenate([np.full(n_left, source), np.arange(n_right) + n_left, arc_tail])
+    heads = np.concatenate([np.arange(n_left), np.full(n_right, sink), arc_head])
     arc_lo = np.where((arc_category == 1) & forced, arc_count, 0)
     caps = np.concatenate([left_hi - left_lo, right_hi - right_lo, arc_count - arc_lo])
     costs = np.concatenate([np.zeros(n_left + n_right, dtype=np.int64), arc_category - 1])
@@ -142,8 +143,8 @@ def exchange(
     flow.add_arcs_with_capacity_and_unit_cost(tails, heads, caps, costs)
     flow.add_arc_with_capacity_and_unit_cost(sink, source, len(members), 0)
     supply = np.concatenate([left_lo, -right_lo, [-left_lo.sum(), right_lo.sum()]])
-    np.subtract.at(supply, arc_pair // n_right, arc_lo)
-    np.add.at(supply, arc_pair % n_right + n_left, arc_lo)
+    np.subtract.at(supply, arc_tail, arc_lo)
+    np.add.at(supply, arc_head, arc_lo)
     flow.set_nodes_supplies(np.arange(supply.size), supply)
     if flow.solve() != flow.OPTIMAL:
         return None

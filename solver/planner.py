@@ -53,15 +53,15 @@ import numpy as np
 
 from solver import fattree
 from solver.bounds import combinatorial_bounds, integral_units, lp_bound, round_up
+from solver.coloring import assign_spines
 from solver.cpsat import solve_cpsat
 from solver.ecmp import ecmp_paths
 from solver.errors import SolverError
 from solver.flows import Flow, Workload
-from solver.coloring import assign_spines
 from solver.greedy import exact_reason, exact_spines, place_exact, place_greedy, spine_rows
 from solver.incremental import Previous, match_middles, match_previous
-from solver.problem import SAME_LEAF, TOLERANCE, UNREACHABLE, Objective, Problem, build_problem
 from solver.kempe import SpineGrid
+from solver.problem import SAME_LEAF, TOLERANCE, UNREACHABLE, Objective, Problem, build_problem
 from solver.repair import min_moves, repair
 from solver.result import Bounds, Part, Plan
 from topology.index import FloatArray, IntArray
@@ -510,9 +510,14 @@ def _assemble(
         load = problem.loads(placed, choice[placed])
     objective = problem.measure(load, int(moved_mask.sum()))
     parts = []
+    least_moves = 0
     for c in components:
         local = _objective(problem, c, c.choice)
         optimal = c.proven or _meets(local.max_utilization, c.best)
+        if prior is not None:
+            mine = np.where(prior.had[c.flows], prior.choice[c.flows], -2)
+            c.min_moves = min_moves(problem, c.flows, mine, local.max_utilization)
+            least_moves += c.min_moves
         parts.append(
             Part(
                 flows=len(c.flows),
@@ -523,6 +528,7 @@ def _assemble(
                 max_utilization=local.max_utilization,
                 bound=c.best,
                 notes=c.notes,
+                min_moves=c.min_moves,
             )
         )
     lps = [c.lp for c in components if c.lp is not None]
@@ -540,6 +546,8 @@ def _assemble(
         objective=objective,
         bounds=bounds,
         moved=tuple(ids[i] for i in np.flatnonzero(moved_mask).tolist()),
+        min_moves=None if prior is None else least_moves,
+        weights=problem.weight,
         unreachable=tuple(ids[i] for i in np.flatnonzero(~reachable).tolist()),
         parts=tuple(parts),
         strategy=strategy,

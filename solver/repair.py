@@ -37,7 +37,7 @@ import numpy as np
 
 from solver.kempe import SpineGrid, exchange
 from solver.problem import TOLERANCE, Problem
-from topology.index import FloatArray, IntArray
+from topology.index import BoolArray, FloatArray, IntArray
 
 __all__ = ["Repair", "layers", "min_moves", "repair"]
 
@@ -114,7 +114,8 @@ class _State:
 
     def row(self, i: int, k: int) -> IntArray:
         p = self.problem
-        return p.table[p.offset[self.pair[i]] + k]
+        row: IntArray = p.table[p.offset[self.pair[i]] + k]
+        return row
 
     def candidates(self, i: int) -> IntArray:
         return self.problem.candidates(int(self.pair[i]))
@@ -139,7 +140,8 @@ class _State:
     def utils(self, i: int) -> FloatArray:
         """Utilization along each candidate of flow ``i`` were it added there."""
         rows = self.candidates(i)
-        return (self.load[rows] + self.weight[i]) * self.problem.scale[rows]
+        util: FloatArray = (self.load[rows] + self.weight[i]) * self.problem.scale[rows]
+        return util
 
     def best_fit(self, i: int) -> int:
         """The candidate that keeps ``i``'s worst utilization least if within the limit,
@@ -182,7 +184,7 @@ def _evict(state: _State) -> list[int]:
     return evicted
 
 
-def _eject(state: _State, i: int, moved: np.ndarray) -> bool:
+def _eject(state: _State, i: int, moved: BoolArray) -> bool:
     """Place ``i`` by relocating one flow off each blocking resource of some candidate."""
     problem = state.problem
     scale = problem.scale
@@ -198,9 +200,7 @@ def _eject(state: _State, i: int, moved: np.ndarray) -> bool:
         for r in blocked:
             if state.load[r] * scale[r] <= state.limit:
                 continue
-            members = sorted(
-                (g for g in state.on(r) if g != i), key=lambda g: (not moved[g], g)
-            )
+            members = sorted((g for g in state.on(r) if g != i), key=lambda g: (not moved[g], g))
             done = False
             for g in members:
                 old = int(state.choice[g])
@@ -241,11 +241,12 @@ def _swap(state: _State, grid: SpineGrid, i: int, z: float) -> bool:
     usable = grid.rows[lp] >= 0
     scale, w = problem.scale, state.weight[i]
 
-    def room(res: IntArray) -> np.ndarray:
-        ok = res >= 0
+    def room(res: IntArray) -> BoolArray:
+        ok: BoolArray = res >= 0
         ok[ok] = index.res_usable[res[ok]]
         safe = np.where(ok, res, problem.pad)
-        return ok & ((state.load[safe] + w) * scale[safe] <= state.limit)
+        fits: BoolArray = ok & ((state.load[safe] + w) * scale[safe] <= state.limit)
+        return fits
 
     between = index.resource_between
     spines = grid.spines.tolist()
