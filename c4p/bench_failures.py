@@ -74,6 +74,8 @@ class FailureRow:
     replan_status: str
     plan_s: float
     replan_s: float
+    plan_cpu_s: float
+    replan_cpu_s: float
     moved: int
     min_moves: int
     crossed: int
@@ -172,12 +174,12 @@ def run_fabric(
         snapshot = fabric.with_link_status(change)
         _ = snapshot.index.routing  # a live controller has its snapshot's index before planning
         greedy = plan(snapshot, workload, strategy="greedy")
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         full = plan(snapshot, workload, budget=budget)
-        plan_s = time.perf_counter() - started
-        started = time.perf_counter()
+        plan_s, plan_cpu_s = time.perf_counter() - started, time.process_time() - cpu
+        started, cpu = time.perf_counter(), time.process_time()
         again = plan(snapshot, workload, healthy, budget=budget)
-        replan_s = time.perf_counter() - started
+        replan_s, replan_cpu_s = time.perf_counter() - started, time.process_time() - cpu
         dead = {2 * li for li in change} | {2 * li + 1 for li in change}
         crossed = sum(1 for path in healthy.paths if dead.intersection(path))
         row = FailureRow(
@@ -194,6 +196,8 @@ def run_fabric(
             replan_status=again.status,
             plan_s=plan_s,
             replan_s=replan_s,
+            plan_cpu_s=plan_cpu_s,
+            replan_cpu_s=replan_cpu_s,
             moved=len(again.moved),
             min_moves=again.min_moves or 0,
             crossed=crossed,
@@ -235,7 +239,7 @@ def run(
 def markdown(rows: Sequence[FailureRow], command: str, seconds: float) -> str:
     head = (
         "| fabric | failure | links | flows | ECMP | greedy | c4p | bound | c4p re-plan "
-        "| plan s | re-plan s | moved | min moves | crossed |\n"
+        "| plan s (CPU) | re-plan s (CPU) | moved | min moves | crossed |\n"
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
@@ -245,7 +249,8 @@ def markdown(rows: Sequence[FailureRow], command: str, seconds: float) -> str:
         lines.append(
             f"| {r.fabric} | {r.failure} | {r.links} | {r.flows:,} | {r.util_ecmp:.2f}"
             f" | {r.util_greedy:.2f} | {r.util_c4p:.2f}{mark} | {r.bound:.2f}"
-            f" | {r.util_replan:.2f}{again} | {r.plan_s:.3f} | {r.replan_s:.3f} | {r.moved}"
+            f" | {r.util_replan:.2f}{again} | {r.plan_s:.3f} ({r.plan_cpu_s:.3f})"
+            f" | {r.replan_s:.3f} ({r.replan_cpu_s:.3f}) | {r.moved}"
             f" | {r.min_moves} | {r.crossed} |"
         )
     machine = f"{platform.machine()}, Python {platform.python_version()}"
@@ -253,8 +258,9 @@ def markdown(rows: Sequence[FailureRow], command: str, seconds: float) -> str:
         "# Failure ladder\n\n"
         f"Produced by `{command}` in {seconds:.0f} s on {machine}, "
         f"{time.strftime('%Y-%m-%d', time.gmtime())}; the method is in "
-        "`c4p/bench_failures.py`'s docstring. Times are wall-clock on a shared 2-core machine "
-        "and noisy; compare them within a row.\n\n"
+        "`c4p/bench_failures.py`'s docstring. Times are wall-clock, with the process's CPU "
+        "time in brackets, on a 2-core machine shared with other work: wall times are "
+        "inflated by the load, CPU times much less so.\n\n"
         "Every utilization is the busiest switch-to-switch link's load over its capacity in "
         "NIC line rates (1.00 = one full-rate flow). *ECMP*, *greedy* and *c4p* plan the "
         "degraded snapshot from scratch; *bound* is the best lower bound (it counts the "
