@@ -109,10 +109,26 @@ def dump_model(model: BaseModel, fmt: TextFormat) -> str:
     """Model -> text; defaults are left out so that files stay short and readable."""
     data = model.model_dump(mode="json", exclude_defaults=True)
     if fmt is TextFormat.JSON:
-        return json.dumps(data, indent=1) + "\n"
+        return _json_text(data)
     return str(
         yaml.dump(data, Dumper=_SafeDumper, sort_keys=False, default_flow_style=None, width=100)
     )
+
+
+def _json_text(data: Any) -> str:
+    """JSON with one item of each top-level list per line (a link, a host, a planned flow):
+    as easy to read and diff as indented JSON, and written by the C encoder item by item,
+    which for a 16k-GPU plan is seconds faster than ``indent``'s pure-Python encoder."""
+    if not isinstance(data, dict):
+        return json.dumps(data, indent=1) + "\n"
+    fields = []
+    for key, value in data.items():
+        if isinstance(value, list) and value:
+            items = ",\n  ".join(json.dumps(item) for item in value)
+            fields.append(f" {json.dumps(key)}: [\n  {items}\n ]")
+        else:
+            fields.append(f" {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(fields) + "\n}\n"
 
 
 def parse_fabric(text: str, fmt: TextFormat, source: str = "<fabric>") -> Fabric:
