@@ -184,45 +184,69 @@ def _evict(state: _State) -> list[int]:
     return evicted
 
 
-def _eject(state: _State, i: int, moved: BoolArray) -> bool:
-    """Place ``i`` by relocating one flow off each blocking resource of some candidate."""
+EJECT_ROWS = 8
+"""Candidates of a flow an ejection chain tries (fewest blocking resources first)."""
+
+EJECT_DEEPER = 4
+"""Flows on a blocking resource whose own ejection a chain tries one level deeper."""
+
+
+def _restore(state: _State, saved: IntArray) -> None:
+    for g in np.flatnonzero(state.choice != saved).tolist():
+        state.remove(g)
+        if saved[g] >= 0:
+            state.add(g, int(saved[g]))
+
+
+def _eject(
+    state: _State, i: int, moved: BoolArray, depth: int = 2, frozen: frozenset[int] = frozenset()
+) -> bool:
+    """Place ``i`` by relocating one flow off each blocking resource of some candidate; a
+    relocated flow that fits nowhere may in turn eject others, ``depth`` levels in all."""
     problem = state.problem
     scale = problem.scale
     util = state.utils(i)
     blocking = (util > state.limit).sum(axis=1)
-    for k in np.argsort(blocking, kind="stable").tolist():
+    order = np.argsort(blocking, kind="stable")[:EJECT_ROWS]
+    chain = frozen | {i}
+    for k in order.tolist():
+        saved = state.choice.copy()
         row = state.row(i, k)
         blocked = [r for r in row.tolist() if (state.load[r] + state.weight[i]) * scale[r]
                    > state.limit]  # fmt: skip
         state.add(i, k)
-        relocated: list[tuple[int, int]] = []
         ok = True
         for r in blocked:
             if state.load[r] * scale[r] <= state.limit:
                 continue
-            members = sorted((g for g in state.on(r) if g != i), key=lambda g: (not moved[g], g))
+            members = sorted((g for g in state.on(r) if g not in chain),
+                             key=lambda g: (not moved[g], g))  # fmt: skip
             done = False
-            for g in members:
+            for n, g in enumerate(members):
                 old = int(state.choice[g])
                 state.remove(g)
                 k2 = state.best_fit(g)
-                if k2 >= 0 and k2 != old and state.load[r] * scale[r] <= state.limit:
+                if k2 >= 0 and k2 != old:
                     state.add(g, k2)
-                    relocated.append((g, old))
                     done = True
                     break
-                state.add(g, old)
+                if depth > 1 and n < EJECT_DEEPER:
+                    before = state.choice.copy()
+                    if _eject(state, g, moved, depth - 1, chain) and (
+                        state.load[r] * scale[r] <= state.limit
+                    ):
+                        done = True
+                        break
+                    _restore(state, before)
+                if state.choice[g] < 0:
+                    state.add(g, old)
             if not done:
                 ok = False
                 break
         if ok:
-            for g, _ in relocated:
-                moved[g] = True
+            moved[state.choice != saved] = True
             return True
-        for g, old in reversed(relocated):
-            state.remove(g)
-            state.add(g, old)
-        state.remove(i)
+        _restore(state, saved)
     return False
 
 
