@@ -87,3 +87,27 @@ def test_previous_for_another_fabric_or_other_jobs_is_refused(tmp_path: Path) ->
         "gone": 0,
     }
     assert out_json["plan"]["moved"] == 0  # the flows that stay keep their paths
+
+
+def test_plan_json_text_is_the_plan_file_model_dumped() -> None:
+
+    from planning_cases import make_flows, ports
+
+    from solver.planner import plan
+    from solver.plans import PlanFile, plan_from_paths, plan_json_text
+    from topology.formats import TextFormat, dump_model, parse_model
+    from topology.generators import RailOptimizedParams, rail_optimized
+
+    fabric = rail_optimized(RailOptimizedParams(units=2, hosts_per_unit=2, rails=2, spines=2))
+    n = len(ports(fabric))
+    rates = [1.0 if i % 3 else 2.5 for i in range(n)]
+    flows = make_flows(fabric, [(i, (i + 3) % n) for i in range(n)], rates)
+    result = plan(fabric, flows, budget=1)
+    paths = list(result.paths)
+    paths[0] = ()  # an unreachable flow has no path
+    model = plan_from_paths(fabric, flows, paths, "auto", 3)
+    text = plan_json_text(fabric, flows, paths, "auto", 3)
+    assert json.loads(text) == json.loads(dump_model(model, TextFormat.JSON))
+    assert parse_model(PlanFile, text, TextFormat.JSON, "p.json") == model
+    no_seed = plan_json_text(fabric, flows, paths, "auto", None)
+    assert "seed" not in json.loads(no_seed)

@@ -11,14 +11,14 @@ import typer
 from c4p import report
 from c4p.cli.common import JsonOption, console, emit, guarded
 from c4p.errors import C4pError
-from c4p.files import load_fabric, load_model, save_model
+from c4p.files import load_fabric, load_model, save_model, write_text
 from solver.ecmp import ecmp_paths
 from solver.evaluate import evaluate
 from solver.flows import Flow
 from solver.jobs import JobsFile
 from solver.patterns import derive_workload
 from solver.planner import STRATEGIES, plan
-from solver.plans import PlanFile
+from solver.plans import PlanFile, plan_json_text
 from solver.result import Plan
 from southbound.bindings import bindings_for_paths
 from southbound.routes import routes_from_flows
@@ -106,7 +106,11 @@ def plan_cmd(
         ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
         greedy = plan(fabric, workload, strategy="greedy", seed=seed)
         result = plan(fabric, workload, previous, budget=budget, seed=seed, strategy=strategy)
-        save_model(result.to_plan_file(), output)
+        if output.suffix.lower() == ".json":  # the common case, written without a model per flow
+            write_text(output, plan_json_text(fabric, result.flows, result.paths,
+                                              result.strategy, result.seed))  # fmt: skip
+        else:
+            save_model(result.to_plan_file(), output)
         evaluations = {
             "ecmp": evaluate(fabric, workload, ecmp.paths),
             "c4p": evaluate(fabric, workload, result.paths),
