@@ -107,7 +107,7 @@ def plan_json_text(
     names = index.node_names
     src, dst = index.res_src.tolist(), index.res_dst.tolist()
     dumps = json.dumps
-    head = {"fabric": fabric.name, "strategy": strategy}
+    head: dict[str, object] = {"fabric": fabric.name, "strategy": strategy}
     if seed is not None:
         head["seed"] = seed
     lines = []
