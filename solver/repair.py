@@ -70,24 +70,38 @@ def min_moves(problem: Problem, flows: IntArray, prior: IntArray, z: float) -> i
     """The lower bound of the module docstring: flows of ``flows`` that had a path (``prior``
     is ``-2`` for a flow without a previous path, ``-1`` for one whose path is gone) and must
     move for every resource to be at utilization ``<= z``."""
-    forced = int(np.count_nonzero(prior == -1))
+    forced = np.flatnonzero(prior == -1)
     kept = prior >= 0
-    if not kept.any():
-        return forced
-    rows = problem.table[problem.rows(flows[kept], prior[kept])]
-    w = np.repeat(problem.weight[flows[kept]], rows.shape[1])
-    res = rows.ravel()
-    load = np.bincount(res, weights=w, minlength=problem.pad + 1)
-    heaviest = np.zeros(problem.pad + 1)
-    np.maximum.at(heaviest, res, w)
-    scale = problem.scale
-    over = np.flatnonzero((load * scale > _limit(z)) & (scale > 0))
-    if not over.size:
-        return forced
-    excess = np.ceil((load[over] * scale[over] - z) / (heaviest[over] * scale[over]) - 1e-9)
-    layer = layers(problem)[over]
-    per_layer = np.bincount(np.unique(layer, return_inverse=True)[1].ravel(), weights=excess)
-    return forced + int(per_layer.max())
+    load: FloatArray = np.zeros(problem.pad + 1)
+    extra = 0
+    if kept.any():
+        rows = problem.table[problem.rows(flows[kept], prior[kept])]
+        w = np.repeat(problem.weight[flows[kept]], rows.shape[1])
+        res = rows.ravel()
+        load = np.bincount(res, weights=w, minlength=problem.pad + 1).astype(np.float64)
+        heaviest = np.zeros(problem.pad + 1)
+        np.maximum.at(heaviest, res, w)
+        scale = problem.scale
+        over = np.flatnonzero((load * scale > _limit(z)) & (scale > 0))
+        if over.size:
+            excess = np.ceil((load[over] * scale[over] - z) / (heaviest[over] * scale[over]) - 1e-9)
+            layer = layers(problem)[over]
+            codes = np.unique(layer, return_inverse=True)[1].ravel()
+            extra = int(np.bincount(codes, weights=excess).max())
+    # Equal weights: a displaced flow that fits on no candidate beside the flows that stay
+    # lands on a link that was full, which some staying flow must leave; a moved flow leaves
+    # one unit on each link of its path (at most ``H`` links), so ``ceil(stuck / H)`` moves.
+    limit = _limit(z)
+    stuck = 0
+    for f in flows[forced].tolist():
+        rows = problem.candidates(int(problem.pair[f]))
+        util = (load[rows] + problem.weight[f]) * problem.scale[rows]
+        stuck += int(not np.any(util.max(axis=1) <= limit))
+    weights = problem.weight[flows]
+    if stuck and np.all(weights == weights[0]):  # one unit freed serves one displaced flow
+        hops = int(problem.table.shape[1])
+        extra = max(extra, -(-stuck // max(hops, 1)))
+    return len(forced) + extra
 
 
 class _State:
