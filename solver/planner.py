@@ -29,13 +29,22 @@ link: planes, rails of rail-aligned traffic) under strategy ``auto``:
 Other strategies: ``exact`` (refuses sub-problems it cannot solve exactly), ``cpsat`` (greedy
 hint, then always CP-SAT), ``greedy``, ``ecmp`` (the unplanned baseline of :mod:`solver.ecmp`).
 
+**Degraded fabrics** (links down or drained): where the healthy methods no longer apply, the
+intact fabric is coloured exactly (every link taken as up) and the flows whose colour is gone are
+repaired to the bound (:mod:`solver.repair`; on 2 tiers with two-spine exchanges,
+:mod:`solver.kempe`). Meeting the bound proves the part optimal; otherwise the search below
+runs as before.
+
 **Re-planning** (``previous`` given; :mod:`solver.incremental` decides which flows may stay).
 A sub-problem whose flows may all stay and that is still at its bound is kept as it is
-(``kept``: the common case, checked for all at once). Otherwise the flows that may stay do, the
-rest are placed greedily on the loads they leave; at the bound that is final (no plan moves
-fewer). Above it, ``auto`` also tries the stable exact methods and CP-SAT, whose second phase
-minimizes moves, and keeps the best by (max utilization, moves, links at max). The snapshot's
-candidate paths are derived from the previous plan's when only links went away.
+(``kept``: the common case, checked for all at once). Otherwise ``auto`` repairs the previous
+plan to the bound: flows that may stay do, flows on over-full links are evicted, the rest are
+re-placed (``repair``). If that misses the bound, the part is planned as a full plan and then
+repaired from the previous plan at the utilization that reached, keeping the best by (max
+utilization, moves, links at max). The plan reports a lower bound on the moves
+(:func:`solver.repair.min_moves`). The snapshot's candidate paths are derived from the previous
+plan's when only links went away. Strategy ``greedy`` keeps the old behaviour (keep what may
+stay, place the rest greedily).
 
 **Budget** (seconds) bounds the search: LP and CP-SAT share what the constructive step leaves,
 in proportion to sub-problem size. Construction always runs (milliseconds; about a second at

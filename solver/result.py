@@ -51,8 +51,10 @@ class Part:
     flows: int
     pairs: int
     method: str
-    """Whose paths were kept: ``exact``, ``fattree``, ``greedy``, ``cpsat``, ``ecmp``, or
-    ``kept`` (a re-plan left the sub-problem as the previous plan had it)."""
+    """Whose paths were kept: ``exact``, ``fattree``, ``greedy``, ``cpsat``, ``ecmp``,
+    ``repair`` (:mod:`solver.repair`: the previous plan, or the intact fabric's colouring, with
+    the displaced flows re-placed), or ``kept`` (a re-plan left the sub-problem as the
+    previous plan had it)."""
     status: str
     """``optimal`` (meets a lower bound, or proven by CP-SAT) or ``feasible``."""
     seconds: float
