@@ -201,6 +201,9 @@ def _evict(state: _State) -> list[int]:
 EJECT_ROWS = 8
 """Candidates of a flow an ejection chain tries (fewest blocking resources first)."""
 
+EJECT_DEPTH = 3
+"""Levels of an ejection chain: a flow, the flows it displaces, the flows those displace."""
+
 EJECT_DEEPER = 4
 """Flows on a blocking resource whose own ejection a chain tries one level deeper."""
 
@@ -220,10 +223,22 @@ def _eject(
     problem = state.problem
     scale = problem.scale
     util = state.utils(i)
-    blocking = (util > state.limit).sum(axis=1)
-    order = np.argsort(blocking, kind="stable")[:EJECT_ROWS]
+    over = util > state.limit
+    blocking = over.sum(axis=1)
+    # Candidates blocked by the same resources fail alike: try one of each, fewest first.
+    rows = state.candidates(i)
+    signatures = np.where(over, rows, -1)
+    order: list[int] = []
+    seen: set[bytes] = set()
+    for k in np.argsort(blocking, kind="stable").tolist():
+        key = signatures[k].tobytes()
+        if key not in seen:
+            seen.add(key)
+            order.append(k)
+            if len(order) == EJECT_ROWS:
+                break
     chain = frozen | {i}
-    for k in order.tolist():
+    for k in order:
         saved = state.choice.copy()
         row = state.row(i, k)
         blocked = [r for r in row.tolist() if (state.load[r] + state.weight[i]) * scale[r]
@@ -333,7 +348,7 @@ def repair(
             continue
         if grid is not None and _swap(state, grid, i, z):
             continue
-        if _eject(state, i, moved):
+        if _eject(state, i, moved, EJECT_DEPTH):
             continue
         reached = False
         util = state.utils(i)
