@@ -184,3 +184,30 @@ def test_degraded_fat_trees_reach_the_independent_optimum(
     assert result.bounds.best <= best
     if result.status != "optimal":  # not proven: the gap to the bound is what it says
         assert result.gap == (best - result.bounds.best) / result.bounds.best
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(degraded())
+def test_matching_an_aligned_previous_plan_equals_matching_flow_by_flow(
+    case: tuple[str, Fabric, list[Flow]],
+) -> None:
+    """The array fast path (same flows, same order) and the id-by-id path agree."""
+    import numpy as np
+
+    from solver.incremental import match_previous
+    from solver.problem import build_problem
+
+    name, snapshot, flows = case
+    flows = _reachable(snapshot, flows)
+    before = plan(FABRICS[name], flows, budget=5)
+    problem = build_problem(snapshot, flows, np.ones(len(flows)))
+    fast = match_previous(problem, before.flows, before.paths, before.snapshot)
+    order = list(range(len(flows)))[::-1]
+    slow = match_previous(
+        problem,
+        [before.flows[i] for i in order],
+        [before.paths[i] for i in order],
+        before.snapshot,
+    )
+    assert np.array_equal(fast.choice, slow.choice)
+    assert np.array_equal(fast.had, slow.had)
