@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -11,13 +12,14 @@ from c4p import report
 from c4p.agent.static import host_files, write_host_files
 from c4p.cli.common import JsonOption, console, emit, guarded
 from c4p.errors import C4pError
-from c4p.files import load_fabric, load_model, save_model
+from c4p.files import load_fabric, load_model, save_model, write_text
 from solver.ecmp import ecmp_paths
 from solver.evaluate import evaluate
+from solver.flows import Flow
 from solver.jobs import JobsFile
 from solver.patterns import derive_workload
 from solver.planner import STRATEGIES, plan
-from solver.plans import PlanFile
+from solver.plans import PlanFile, plan_json_text
 from solver.result import Plan
 from southbound.bindings import bindings_for_paths
 from southbound.routes import routes_from_flows
@@ -32,6 +34,27 @@ def apply_link_changes(fabric: Fabric, fail: list[str], drain: list[str]) -> Fab
         for name in names:
             changes[fabric.index.link_number(name)] = status
     return fabric.with_link_status(changes) if changes else fabric
+
+
+def match_previous_plan(
+    before: PlanFile, fabric: Fabric, flows: Sequence[Flow], path: Path
+) -> dict[str, int]:
+    """How the previous plan's flows match these jobs' (by flow id); refuses a plan made for
+    another fabric, or one sharing no flow with these jobs (a plan for other jobs)."""
+    if before.fabric != fabric.name:
+        raise C4pError(
+            f"--previous {path}: the plan is for fabric {before.fabric!r}, not {fabric.name!r}; "
+            "give the plan in force on this fabric, or plan without --previous"
+        )
+    now = {f.id for f in flows}
+    then = {p.id for p in before.flows}
+    matched = len(now & then)
+    if now and then and not matched:
+        raise C4pError(
+            f"--previous {path}: none of its {len(then)} flows is a flow of these jobs "
+            f"(e.g. {min(then)!r}); it was made for other jobs"
+        )
+    return {"matched": matched, "new": len(now - then), "gone": len(then - now)}
 
 
 LinkOption = Annotated[
@@ -84,12 +107,19 @@ def plan_cmd(
         fabric = apply_link_changes(base, fail or [], drain or [])
         workload = derive_workload(fabric, load_model(JobsFile, jobs_path), str(jobs_path))
         previous = None
+        matching: dict[str, int] | None = None
         if previous_path is not None:
-            previous = Plan.from_plan_file(load_model(PlanFile, previous_path), fabric)
+            before = load_model(PlanFile, previous_path)
+            matching = match_previous_plan(before, fabric, workload.flows, previous_path)
+            previous = Plan.from_plan_file(before, fabric)
         ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
         greedy = plan(fabric, workload, strategy="greedy", seed=seed)
         result = plan(fabric, workload, previous, budget=budget, seed=seed, strategy=strategy)
-        save_model(result.to_plan_file(), output)
+        if output.suffix.lower() == ".json":  # the common case, written without a model per flow
+            write_text(output, plan_json_text(fabric, result.flows, result.paths,
+                                              result.strategy, result.seed))  # fmt: skip
+        else:
+            save_model(result.to_plan_file(), output)
         evaluations = {
             "ecmp": evaluate(fabric, workload, ecmp.paths),
             "c4p": evaluate(fabric, workload, result.paths),
@@ -98,6 +128,8 @@ def plan_cmd(
             ecmp=evaluations["ecmp"], greedy=greedy, c4p=result, c4p_eval=evaluations["c4p"]
         )
         data = report.plan_json(comparison)
+        if matching is not None:
+            data["previous"] = matching
         check = None
         if bindings_path is not None or bindings_dir is not None:
             routes = routes_from_flows(workload.flows, result.paths)
@@ -119,6 +151,13 @@ def plan_cmd(
 
         def render() -> None:
             report.print_plan(console, fabric, comparison, previous is not None)
+            if matching is not None and (matching["new"] or matching["gone"]):
+                console.print(
+                    f"  previous plan: {matching['matched']} flows matched by id, "
+                    f"{matching['new']} new (placed fresh), {matching['gone']} no longer in "
+                    "the jobs (dropped)",
+                    highlight=False,
+                )
             if check is not None:
                 console.print(check.summary(), highlight=False)
                 console.print(f"wrote {bindings_path}")
