@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 
 from c4p.controller.intake import IntakeLimits
 from c4p.controller.loop import LoopSettings
@@ -35,14 +34,15 @@ from c4p.files import load_model, read_text
 from c4p.service.access import RateSettings
 from c4p.store.sqlite import Synchronous
 from southbound.targets import DriverName, FabricSource, TargetsFile
+from topology.base import Frozen
 from topology.errors import FabricFileError
 from topology.formats import TextFormat, parse_data, problems_of
 
 LOOPBACK_NAMES = ("localhost",)
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Strict(Frozen):
+    """Every config section: unknown keys refused, immutable, finite numbers (topology.base)."""
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -228,25 +228,25 @@ class ServeConfig(Strict):
         """Relative paths resolved against ``base`` (the config file's directory)."""
 
         def fix(p: Path | None) -> Path | None:
-            return None if p is None or p.is_absolute() else base / p
+            """Absolute and absent paths stay as they are (an absolute ``store.path`` was
+            once turned into ``None``, a file named "None" in the working directory)."""
+            return p if p is None or p.is_absolute() else base / p
 
         def secrets(items: list[Secret]) -> list[Secret]:
-            return [s.model_copy(update={"file": fix(s.file) or s.file}) for s in items]
+            return [s.model_copy(update={"file": fix(s.file)}) for s in items]
 
         tls = self.tls
         return self.model_copy(
             update={
                 "fabric": self.fabric.model_copy(
                     update={
-                        k: fix(getattr(self.fabric, k)) or getattr(self.fabric, k)
-                        for k in ("path", "targets", "declared")
+                        k: fix(getattr(self.fabric, k)) for k in ("path", "targets", "declared")
                     }
                 ),
                 "store": self.store.model_copy(update={"path": fix(self.store.path)}),
                 "tls": tls.model_copy(
                     update={
-                        k: fix(getattr(tls, k)) or getattr(tls, k)
-                        for k in ("cert_file", "key_file", "client_ca_file")
+                        k: fix(getattr(tls, k)) for k in ("cert_file", "key_file", "client_ca_file")
                     }
                 ),
                 "auth": self.auth.model_copy(
@@ -297,12 +297,3 @@ def load_config(path: Path) -> ServeConfig:
     """Read, validate and check a config file (see the module docstring)."""
     config = load_model(ServeConfig, path).relative_to(path.resolve().parent)
     return check(config, str(path))
-
-
-def run(config: ServeConfig, ready: Callable[[str], None] | None = None) -> None:
-    """Serve until SIGINT/SIGTERM; ``ready`` gets the bound address once serving."""
-    import asyncio
-
-    from c4p.service.runtime import serve_forever
-
-    asyncio.run(serve_forever(config, ready))

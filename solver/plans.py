@@ -17,16 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from solver.errors import PlanError
 from solver.flows import Flow
+from topology.base import Frozen
 from topology.errors import PathError, TopologyError
 from topology.model import Fabric, Name
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class PlannedFlow(Frozen):

@@ -64,7 +64,7 @@ _NIC_OF_PORT = re.compile(r"^(?P<nic>.+?)p\d+$")
 class DiscoveryResult(Observed):
     """A discovered fabric and how it was obtained."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True)  # the rest from Frozen
 
     fabric: Fabric
     problems: tuple[Problem, ...] = ()

@@ -17,7 +17,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from c4p.errors import C4pError, SolverError, SouthboundError, TopologyError
+from c4p.errors import C4pError
 from c4p.files import write_json
 from topology.formats import problems_of
 
@@ -40,7 +40,7 @@ def guarded(func: Callable[[], T]) -> T:
     """Run a command body, turning every user-caused error into a clear message and exit 2."""
     try:
         return func()
-    except (TopologyError, SolverError, SouthboundError, C4pError) as exc:
+    except C4pError as exc:
         fail(str(exc))
     except ValidationError as exc:
         fail("; ".join(f"{p}: {r}" if p else r for p, r in problems_of(exc)))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from c4p.controller.errors import (
     AlreadyExists,
@@ -36,15 +36,14 @@ from c4p.store.base import CommunicatorRecord, JobRecord, LinkOverride, Store
 from solver.errors import JobError
 from solver.jobs import CommunicatorSpec, JobsFile, JobSpec, RankNic, find_job_problems, job_ranks
 from solver.patterns import derive_workload
+from topology.base import Frozen
 from topology.errors import TopologyError
 from topology.formats import problems_of
 from topology.model import LinkStatus
 
 
-class IntakeLimits(BaseModel):
+class IntakeLimits(Frozen):
     """What one job and one request may ask for (protects the planner and the store)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_jobs: int = Field(default=4096, ge=1)
     max_ranks_per_job: int = Field(default=65_536, ge=1)

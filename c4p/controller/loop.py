@@ -27,22 +27,21 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from c4p.controller.reconcile import Reconciler, StepOutcome
 from c4p.controller.state import ControllerState
 from c4p.controller.triggers import Debouncer, Key, KeyKind
 from c4p.store.base import DecisionRecord
+from topology.base import Frozen
 from topology.errors import TopologyError
 from topology.model import LinkStatus
 
 log = logging.getLogger("c4p.controller")
 
 
-class LoopSettings(BaseModel):
+class LoopSettings(Frozen):
     """Batching and timers of the reconcile loop."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     debounce_s: float = Field(default=0.05, ge=0, le=60, description="Quiet time of a burst.")
     max_delay_s: float = Field(

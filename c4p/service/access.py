@@ -36,10 +36,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from c4p.controller.errors import LimitExceeded, PermissionDenied, Unauthenticated
 from c4p.controller.state import ControllerState
+from topology.base import Frozen
 
 TOKEN_PREFIX = "c4pj1."
 
@@ -113,9 +114,7 @@ class Guard:
             raise PermissionDenied("the client certificate is not an admin's", "authorization")
 
 
-class RateSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class RateSettings(Frozen):
     requests_per_s: float = Field(default=50.0, gt=0, description="Sustained calls per caller.")
     burst: int = Field(default=200, ge=1, description="Calls a caller may make at once.")
     max_callers: int = Field(default=100_000, ge=1, description="Buckets kept (LRU).")

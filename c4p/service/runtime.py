@@ -315,3 +315,8 @@ async def serve_forever(config: ServeConfig, ready: Callable[[str], None] | None
         await stop.wait()
     finally:
         await runtime.stop()
+
+
+def run(config: ServeConfig, ready: Callable[[str], None] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM; ``ready`` gets the bound address once serving."""
+    asyncio.run(serve_forever(config, ready))
