@@ -403,6 +403,22 @@ class ControllerState:
             self._logged(decision, inputs.revision)
             return decision
 
+    def fail_jobs(self, failures: dict[str, str], inputs: PlanInputs, epoch: int) -> frozenset[str]:
+        """Mark the jobs whose intents cannot be planned ``FAILED`` with the reason; their
+        bindings in force stay (fail-static). Returns the jobs whose streams have news."""
+        changed = set()
+        with self.lock:
+            for job in inputs.jobs:
+                entry = self._current(job)
+                if job.job_id not in failures or entry is None:
+                    continue
+                if not entry.failed or entry.reason != failures[job.job_id]:
+                    changed.add(job.job_id)
+                    entry.event_epoch = epoch
+                entry.failed = True
+                entry.reason = failures[job.job_id]
+        return frozenset(changed)
+
     def _logged(self, decision: DecisionRecord, revision: int) -> None:
         self.decision_sequence = decision.sequence
         self.last_decision = decision
