@@ -56,7 +56,10 @@ def serve(
         if ready_file is not None:
             write_text(ready_file, address + "\n")
 
-    guarded(lambda: run(settings, ready))  # discovery may refuse to start
+    try:
+        guarded(lambda: run(settings, ready))  # the store, discovery or a port may refuse
+    except KeyboardInterrupt:  # SIGINT before the service's own handlers are in place
+        raise typer.Exit(code=130) from None
 
 
 serve_app.command()(serve)  # alone, a one-command app runs it directly
