@@ -69,6 +69,7 @@ class FlowIntentServicer:
         ]
 
     async def register(self, request: fi.RegisterJobRequest, call: Call) -> fi.RegisterJobResponse:
+        self.intake.admit_registration(len(request.hosts), len(request.ranks))
         done = await asyncio.to_thread(self.intake.register, convert.registration(request))
         record = done.record
         if not done.replayed:
@@ -84,6 +85,11 @@ class FlowIntentServicer:
     async def submit(
         self, request: fi.SubmitIntentsRequest, call: Call
     ) -> fi.SubmitIntentsResponse:
+        self.intake.admit_submission(
+            call.job_id,
+            [(len(c.ranks), len(c.connections)) for c in request.communicators],
+            len(request.withdraw),
+        )  # sizes first: nothing is copied out of the message before they pass
         comms = [convert.communicator(c) for c in request.communicators]
         done = await asyncio.to_thread(
             self.intake.submit, call.job_id, call.incarnation, comms, list(request.withdraw)
