@@ -22,7 +22,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from typing import Literal, Self
+from typing import Literal, Self, TypeVar
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
 
@@ -156,10 +156,22 @@ class Secret(Strict):
         return text
 
 
+class RegistrationSecret(Secret):
+    """A launcher's credential for RegisterJob and the hosts it may place ranks on."""
+
+    hosts: tuple[str, ...] = Field(
+        default=("*",),
+        min_length=1,
+        description="Glob patterns of the hosts this credential may register ranks on.",
+    )
+
+
 class AuthConfig(Strict):
     admin: list[Secret] = Field(default_factory=list, description="Admin credentials.")
-    registration: list[Secret] = Field(
-        default_factory=list, description="Credentials for RegisterJob (none: open)."
+    registration: list[RegistrationSecret] = Field(
+        default_factory=list,
+        description="Credentials for RegisterJob, each with its hosts (none: open, which is "
+        "allowed on a loopback listener or behind mtls only).",
     )
     admin_client_names: tuple[str, ...] = Field(
         default=(), description="With mtls: admin calls also need one of these certificate CNs."
@@ -182,6 +194,10 @@ class LimitsConfig(Strict):
 class MetricsConfig(Strict):
     address: str | None = Field(
         default="127.0.0.1:9464", description="host:port of /metrics (null: off)."
+    )
+    allow_remote: bool = Field(
+        default=False,
+        description="Serve /metrics (plain HTTP, no authentication) on a non-loopback address.",
     )
 
     @model_validator(mode="after")
@@ -222,6 +238,20 @@ class ServeConfig(Strict):
             )
         if self.auth.admin_client_names and self.tls.mode != "mtls":
             raise ValueError("auth.admin_client_names needs tls.mode mtls")
+        if not is_loopback(host) and self.tls.mode != "mtls" and not self.auth.registration:
+            raise ValueError(
+                f"listen.address {host!r} is not loopback: RegisterJob would be open to anyone "
+                "who reaches it (and could claim every free NIC); give auth.registration "
+                "credentials (with the hosts each may register) or use tls.mode mtls"
+            )
+        if self.metrics.address and not self.metrics.allow_remote:
+            m_host, _ = split_address(self.metrics.address)
+            if not is_loopback(m_host):
+                raise ValueError(
+                    f"metrics.address {self.metrics.address!r} is not loopback: /metrics is "
+                    "plain HTTP without authentication; bind it to loopback (and scrape "
+                    "through a proxy) or set metrics.allow_remote: true"
+                )
         return self
 
     def relative_to(self, base: Path) -> ServeConfig:
@@ -232,7 +262,7 @@ class ServeConfig(Strict):
             once turned into ``None``, a file named "None" in the working directory)."""
             return p if p is None or p.is_absolute() else base / p
 
-        def secrets(items: list[Secret]) -> list[Secret]:
+        def secrets(items: list[S]) -> list[S]:
             return [s.model_copy(update={"file": fix(s.file)}) for s in items]
 
         tls = self.tls
@@ -281,8 +311,12 @@ class ServeConfig(Strict):
     def admin_tokens(self) -> list[str]:
         return [s.resolve() for s in self.auth.admin]
 
-    def register_tokens(self) -> list[str]:
-        return [s.resolve() for s in self.auth.registration]
+    def register_tokens(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Each registration credential with the host patterns it may register on."""
+        return [(s.resolve(), s.hosts) for s in self.auth.registration]
+
+
+S = TypeVar("S", bound=Secret)
 
 
 def check(config: ServeConfig, source: str = "<config>") -> ServeConfig:

@@ -62,9 +62,17 @@ class AdminServicer:
             Endpoint("GetFabric", admin.GetFabricRequest, Scope.ADMIN, unary=self.fabric),
             Endpoint("ListJobs", admin.ListJobsRequest, Scope.ADMIN, unary=self.jobs),
             Endpoint("GetPlan", admin.GetPlanRequest, Scope.ADMIN, unary=self.plan),
-            Endpoint("DrainLink", admin.DrainLinkRequest, Scope.ADMIN, unary=self.drain),
-            Endpoint("RestoreLink", admin.RestoreLinkRequest, Scope.ADMIN, unary=self.restore),
-            Endpoint("Replan", admin.ReplanRequest, Scope.ADMIN, unary=self.replan),
+            Endpoint(
+                "DrainLink", admin.DrainLinkRequest, Scope.ADMIN, unary=self.drain, changes=True
+            ),
+            Endpoint(
+                "RestoreLink",
+                admin.RestoreLinkRequest,
+                Scope.ADMIN,
+                unary=self.restore,
+                changes=True,
+            ),
+            Endpoint("Replan", admin.ReplanRequest, Scope.ADMIN, unary=self.replan, changes=True),
             Endpoint("GetDecisionLog", admin.GetDecisionLogRequest, Scope.ADMIN, unary=self.log),
         ]
 
@@ -188,7 +196,7 @@ class AdminServicer:
     async def log(
         self, request: admin.GetDecisionLogRequest, call: Call
     ) -> admin.GetDecisionLogResponse:
-        limit = min(request.limit or 50, MAX_LOG)
+        limit = min(request.limit or 50, MAX_LOG)  # before_sequence: any uint64 (the store clamps)
         found = await asyncio.to_thread(self.store.decisions, limit, int(request.before_sequence))
         return admin.GetDecisionLogResponse(decisions=[convert.decision(d) for d in found])
 

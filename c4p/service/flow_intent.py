@@ -18,13 +18,13 @@ from collections.abc import AsyncIterator, Iterable
 
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
-from c4p.controller.errors import LimitExceeded
+from c4p.controller.errors import LimitExceeded, PermissionDenied
 from c4p.controller.intake import Intake, Outcome
 from c4p.controller.loop import ControllerLoop
 from c4p.controller.state import ControllerState
 from c4p.controller.triggers import Key, KeyKind
 from c4p.service import convert
-from c4p.service.access import Guard
+from c4p.service.access import Guard, host_problems
 from c4p.service.rpc import Call, Endpoint, Scope
 from c4p.service.telemetry import Metrics
 
@@ -70,6 +70,10 @@ class FlowIntentServicer:
 
     async def register(self, request: fi.RegisterJobRequest, call: Call) -> fi.RegisterJobResponse:
         self.intake.admit_registration(len(request.hosts), len(request.ranks))
+        denied = host_problems(list(request.hosts), call.hosts, "hosts")
+        denied += host_problems([r.host for r in request.ranks], call.hosts, "ranks")
+        if denied:
+            raise PermissionDenied(denied)
         done = await asyncio.to_thread(self.intake.register, convert.registration(request))
         record = done.record
         if not done.replayed:

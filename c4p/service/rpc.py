@@ -19,14 +19,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from c4p.controller.errors import InvalidRequest, RequestError
+from c4p.controller.errors import InvalidRequest, PermissionDenied, RequestError, Unauthenticated
 from c4p.service.access import Guard, RateLimiter
 from c4p.service.telemetry import Metrics
 
@@ -52,6 +52,8 @@ class Call:
     caller: str
     job_id: str = ""
     incarnation: int = 0
+    hosts: tuple[str, ...] = ("*",)
+    """RegisterJob: the host patterns the caller's credential may place ranks on."""
 
 
 Unary = Callable[[Any, Call], Awaitable[Message]]
@@ -65,6 +67,8 @@ class Endpoint:
     scope: Scope
     unary: Unary | None = None
     stream: Stream | None = None
+    changes: bool = False
+    """An admin call that changes something (drain, restore, replan): a bucket of its own."""
 
 
 def _peer_host(peer: str) -> str:
@@ -82,6 +86,13 @@ class Gate:
         self.guard = guard
         self.limiter = limiter
         self.metrics = metrics
+        s = limiter.settings
+        self.failures = RateLimiter(
+            s.model_copy(
+                update={"requests_per_s": s.failed_auth_per_s, "burst": s.failed_auth_burst}
+            ),
+            limiter.clock,
+        )
 
     def handler(self, service: str, endpoints: list[Endpoint]) -> grpc.GenericRpcHandler:
         handlers: dict[str, grpc.RpcMethodHandler] = {}
@@ -110,22 +121,29 @@ class Gate:
         for key, value in context.invocation_metadata() or ():
             metadata.setdefault(key, value)
         peer = context.peer() or ""
-        if e.scope is Scope.JOB:
-            job_id = str(request.job_id)
-            incarnation = self.guard.job(metadata, job_id)
-            call = Call(e.name, peer, f"job:{job_id}", job_id, incarnation)
-        elif e.scope is Scope.ADMIN:
-            names = [
-                n.decode("utf-8", "replace")
-                for n in (context.auth_context() or {}).get("x509_common_name", ())
-            ]
-            self.guard.admin(metadata, names)
-            call = Call(e.name, peer, "admin")
-        else:
-            call = Call(e.name, peer, f"peer:{_peer_host(peer)}")
-            self.limiter.take(call.caller)
-            self.guard.register(metadata)
-            return request, call
+        host = _peer_host(peer)
+        self.failures.check(f"auth:{host}")  # a peer that failed too often is not even heard
+        try:
+            if e.scope is Scope.JOB:
+                job_id = str(request.job_id)
+                incarnation = self.guard.job(metadata, job_id)
+                call = Call(e.name, peer, f"job:{job_id}", job_id, incarnation)
+            elif e.scope is Scope.ADMIN:
+                names = [
+                    n.decode("utf-8", "replace")
+                    for n in (context.auth_context() or {}).get("x509_common_name", ())
+                ]
+                which = self.guard.admin(metadata, names)
+                kind = "change" if e.changes else "read"
+                call = Call(e.name, peer, f"admin:{which}:{host}:{kind}")
+            else:
+                call = Call(e.name, peer, f"peer:{host}")
+                self.limiter.take(call.caller)
+                call = replace(call, hosts=self.guard.register(metadata))
+                return request, call
+        except (Unauthenticated, PermissionDenied):
+            self.failures.take(f"auth:{host}")
+            raise
         self.limiter.take(call.caller)
         return request, call
 
