@@ -502,14 +502,18 @@ class Intake:
             override = LinkOverride(
                 link_id=link_id, status=LinkStatus.DRAINED, reason=reason, at=self.clock()
             )
-            return link_id, True, self.state.set_override(self.store, override, link_id)
+            return (
+                link_id,
+                True,
+                self.state.set_override(self.store, override, link_id, self.clock()),
+            )
 
     def restore(self, link: str) -> tuple[str, bool, int]:
         link_id = self.link_id(link)
         with self.state.lock:
             if link_id not in self.state.overrides:
                 return link_id, False, self.state.revision
-            return link_id, True, self.state.set_override(self.store, None, link_id)
+            return link_id, True, self.state.set_override(self.store, None, link_id, self.clock())
 
 
 @dataclass(frozen=True)

@@ -215,8 +215,7 @@ class ControllerLoop:
 
     def _schedule_held(self) -> None:
         now = self.clock()
-        with self.state.lock:
-            at = self.state.tracker.next_change(now)
+        at = self.state.next_link_change(now)
         if at is not None:
             self._later("held", at - now + 0.01, Key(KeyKind.TIMER, "held-link"))
 

@@ -179,10 +179,14 @@ class AdminServicer:
         if changed:
             self.loop.enqueue(Key(KeyKind.DRAIN, link_id, "restored"))
         number = self.state.fabric.index.link_number(link_id)
-        effective = self.state.effective_links(self.clock()).get(number)
+        now = self.clock()
+        effective = self.state.effective_links(now).get(number)
+        text = effective.value if effective else "up"
+        if effective is LinkStatus.DRAINED and self.state.operator_held(number, now):
+            text = "held"  # restored, back in use after the hold-down (flap damping)
         return admin.LinkChangeResponse(
             link_id=link_id,
-            effective=(effective.value if effective else "up"),
+            effective=text,
             changed=changed,
             decision=await self._waited(revision, request.wait),
         )
@@ -249,7 +253,7 @@ def link_rows(state: ControllerState, now: float, only_changed: bool) -> list[Li
             observed = state.tracker.observed(i)
             eff = effective.get(i, LinkStatus.UP)
             override = state.overrides.get(link.id)
-            held = state.tracker.held(i, now)
+            held = state.tracker.held(i, now) or state.operator.held(i, now)
             if only_changed and eff is LinkStatus.UP and observed is LinkStatus.UP:
                 continue
             on: Mapping[str, int] = state.link_jobs.get(i, {})
