@@ -145,7 +145,11 @@ class Secret(Strict):
         if self.env is not None:
             text = os.environ.get(self.env, "")
             if not text:
-                raise ValueError(f"environment variable {self.env!r} is not set")
+                raise ValueError(
+                    f"environment variable {self.env!r} is not set; make a credential with: "
+                    f"export {self.env}=$(python3 -c 'import secrets; "
+                    "print(secrets.token_urlsafe(32))')"
+                )
         elif self.file is not None:
             text = self.file.read_text(encoding="utf-8").strip()
         else:

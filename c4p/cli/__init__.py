@@ -10,6 +10,8 @@ the offline commands start fast.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from c4p.cli.bench import bench_cmd
@@ -23,10 +25,37 @@ from c4p.cli.serve import serve
 app = typer.Typer(
     name="c4p",
     help="Traffic engineering for RoCE fabrics: plan collision-free paths for collective flows.",
+    epilog="Exit codes: 0 ok; 1 a finding (drift, an unanswered target, a failed check); "
+    "2 bad input or a refusal to start.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(show: bool) -> None:
+    if show:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"c4p {version('c4p')}")
+        except PackageNotFoundError:  # pragma: no cover - run from a checkout, not installed
+            typer.echo("c4p (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print c4p's version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Traffic engineering for RoCE fabrics: plan collision-free paths for collective flows."""
+
+
 app.add_typer(fabric_app, name="fabric")
 app.add_typer(jobs_app, name="jobs")
 fabric_app.command("discover")(fabric_discover)
