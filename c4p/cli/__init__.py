@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from c4p.cli.admin import admin_app
 from c4p.cli.bench import bench_cmd
 from c4p.cli.discover import fabric_discover
 from c4p.cli.evaluate import evaluate_cmd
@@ -58,6 +59,7 @@ def _main(
 
 app.add_typer(fabric_app, name="fabric")
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(admin_app, name="admin")
 fabric_app.command("discover")(fabric_discover)
 app.command("serve")(serve)
 app.command("plan")(plan_cmd)
