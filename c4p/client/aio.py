@@ -20,8 +20,8 @@ import grpc
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
 from c4p.client.mirror import BindingChange, BindingMirror, OnChange
-from c4p.client.sync import Backoff
 from c4p.client.wire import FLOW, ApiError, ClientTls, auth, secure_aio_channel
+from topology.backoff import Backoff
 
 R = TypeVar("R")
 
