@@ -157,7 +157,12 @@ class Gate:
             text = json.dumps(problems)
         log.info(
             "refused",
-            extra={"event": "refused", "method": method, "code": exc.code, "why": str(exc)[:500]},
+            extra={
+                "event": "refused",
+                "method": method,
+                "code": exc.code,
+                "reason": str(exc)[:500],
+            },
         )
         await context.abort(
             getattr(grpc.StatusCode, exc.code),
