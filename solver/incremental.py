@@ -1,7 +1,7 @@
 """Re-planning against a previous plan: which flows may stay where they are.
 
-Why its own module: this is the "react" step of the C4P loop (docs/architecture.md) — a link goes down
-or is drained, a job starts, stops or resizes — and the controller calls the planner with the
+Why its own module: this is the "react" step of the C4P loop (docs/architecture.md) — a link
+goes down or is drained, a job starts, stops or resizes — and the controller calls the planner with the
 plan it is running. Moving a live QP costs something (a new source port, a window of
 reordering), so the planner must know, per flow, whether its current path is still allowed.
 
