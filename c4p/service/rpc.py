@@ -7,8 +7,10 @@ bytes lets the pipeline answer INVALID_ARGUMENT for garbage, and gives one place
 method needs: credentials and per-caller rate limits (:mod:`c4p.service.access`), the
 ``c4p_requests_total`` metric, a structured log line for every refusal, and the mapping of
 :class:`~c4p.controller.errors.RequestError` to status codes with the problems in the trailing
-metadata ``c4p-problems`` (JSON). An unexpected exception is logged
-with its traceback and answered INTERNAL without internals.
+metadata ``c4p-problems`` (JSON). A store that cannot be written is UNAVAILABLE (the request
+changed nothing; retry later) and tells the runtime, which turns health NOT_SERVING until a
+write succeeds again. An unexpected exception is logged with its traceback and answered
+INTERNAL without internals.
 
 The method names and message types come from the generated descriptors, so server reflection
 and the ``.proto`` contract stay the single truth.
@@ -26,9 +28,16 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from c4p.controller.errors import InvalidRequest, PermissionDenied, RequestError, Unauthenticated
+from c4p.controller.errors import (
+    InvalidRequest,
+    PermissionDenied,
+    RequestError,
+    Unauthenticated,
+    Unavailable,
+)
 from c4p.service.access import Guard, RateLimiter
 from c4p.service.telemetry import Metrics
+from c4p.store.base import StoreError
 
 log = logging.getLogger("c4p.service")
 
@@ -82,10 +91,17 @@ def _peer_host(peer: str) -> str:
 class Gate:
     """Builds gRPC handlers that run :class:`Endpoint` behaviours through the pipeline."""
 
-    def __init__(self, guard: Guard, limiter: RateLimiter, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        guard: Guard,
+        limiter: RateLimiter,
+        metrics: Metrics,
+        on_store_error: Callable[[], None] | None = None,
+    ) -> None:
         self.guard = guard
         self.limiter = limiter
         self.metrics = metrics
+        self.on_store_error = on_store_error
         s = limiter.settings
         self.failures = RateLimiter(
             s.model_copy(
@@ -170,6 +186,17 @@ class Gate:
             trailing_metadata=(("c4p-problems", text),),
         )
 
+    async def _store_failed(
+        self, context: grpc.aio.ServicerContext, method: str, exc: StoreError
+    ) -> None:
+        log.error(
+            "store failed", extra={"event": "store-failed", "method": method, "error": str(exc)}
+        )
+        if self.on_store_error is not None:
+            self.on_store_error()
+        refusal = Unavailable("the controller's store cannot be written now; retry later")
+        await self._refuse(context, method, refusal)
+
     async def _internal(self, context: grpc.aio.ServicerContext, method: str) -> None:
         log.exception("internal error", extra={"event": "internal-error", "method": method})
         await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the controller log")
@@ -191,6 +218,9 @@ class Gate:
             except RequestError as exc:
                 code = exc.code
                 await self._refuse(context, e.name, exc)
+            except StoreError as exc:
+                code = "UNAVAILABLE"
+                await self._store_failed(context, e.name, exc)
             except Exception:
                 code = "INTERNAL"
                 await self._internal(context, e.name)
@@ -215,6 +245,9 @@ class Gate:
             except RequestError as exc:
                 code = exc.code
                 await self._refuse(context, e.name, exc)
+            except StoreError as exc:
+                code = "UNAVAILABLE"
+                await self._store_failed(context, e.name, exc)
             except Exception:
                 code = "INTERNAL"
                 await self._internal(context, e.name)

@@ -159,6 +159,7 @@ class ServiceRuntime:
             clock=clock,
         )
         self.health = HealthServicer()
+        self._health_status: Any = None
         self._pumps: list[threading.Thread] = []
         self._stopping = threading.Event()
         self.server: grpc.aio.Server | None = None
@@ -206,8 +207,24 @@ class ServiceRuntime:
         )
         return result.fabric
 
+    def _store_health_lost(self) -> None:
+        """The store refused a write: NOT_SERVING until a step commits again (a load balancer
+        should send clients to a controller that can keep what they ask for)."""
+        self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    def _set_health(self, status: Any) -> None:
+        if self._health_status == status or self._stopping.is_set() or self.server is None:
+            return
+        self._health_status = status
+        for name in ("", flow_intent.SERVICE, admin.SERVICE):
+            asyncio.ensure_future(self.health.set(name, status))
+
     def _after_step(self, outcome: StepOutcome) -> None:
         d = outcome.decision
+        if outcome.failed and d.error.startswith("StoreError"):
+            self._store_health_lost()
+        elif not outcome.failed and self.address:
+            self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self.metrics.record_plan(d)
         self.hub.notify(outcome.changed_jobs)
         log.info(
@@ -263,7 +280,7 @@ class ServiceRuntime:
             ]
         )
         self.server = server
-        gate = Gate(self.guard, RateLimiter(cfg.limits.rate), self.metrics)
+        gate = Gate(self.guard, RateLimiter(cfg.limits.rate), self.metrics, self._store_health_lost)
         server.add_generic_rpc_handlers(
             (
                 gate.handler(flow_intent.SERVICE, self.flow.endpoints()),
@@ -301,6 +318,7 @@ class ServiceRuntime:
             self.follow_link_events(self._fleet_events.get)
         for name in ("", *names[:2]):  # last: SERVING only once everything is up
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._health_status = health_pb2.HealthCheckResponse.SERVING
         log.info(
             "serving",
             extra={
