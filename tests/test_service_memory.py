@@ -21,7 +21,7 @@ from c4p.client.wire import auth
 
 GROWTH_BOUND_MB = 512
 """What ten oversized submissions and ten oversized registrations, all refused, may add to the
-server's RSS. Measured: +143 and +262 MB in two runs (gRPC's receive buffers and glibc keeping
+server's RSS. Measured: +143 to +262 MB over five runs (gRPC's receive buffers and glibc keeping
 freed arenas; it levels off: 80 such requests end near +400 MB), against +1,335 MB before sizes
 were checked before expansion (and ~0.5 GB more per request in the report that found it)."""
 HOSTS = [h.name for h in spread_fabric().hosts]
