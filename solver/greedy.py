@@ -7,7 +7,7 @@ them the same way — to place some flows of a sub-problem onto the loads the ot
 order of weight, heaviest first (ties keep flow order), each takes the candidate path that
 minimizes the largest utilization along it *after* adding the flow, ties broken by the sum of
 those utilizations, then by candidate order. It is deterministic (the seed plays no part) and
-known to be far from optimal on adversarial inputs (DESIGN.md §4 measured 1.5x), which is why
+known to be far from optimal on adversarial inputs (1.5x the optimum measured), which is why
 it is a hint and never the last word where something better applies.
 
 **Exact** (two tiers, equal weights): with every pair of a component able to use every spine of

@@ -1,9 +1,9 @@
 """Re-planning against a previous plan: which flows may stay where they are.
 
-Why its own module: this is the "react" step of the C4P loop (DESIGN.md §1) — a link goes down
-or is drained, a job starts, stops or resizes — and the controller calls the planner with the
-plan it is running. Moving a live QP costs something (a new source port, a window of
-reordering), so the planner must know, per flow, whether its current path is still allowed.
+Why its own module: this is the "react" step of the C4P loop (docs/architecture.md) — a link goes
+down or is drained, a job starts, stops or resizes — and the controller calls the planner with the
+plan it is running. Moving a live QP costs something (a new source port, a window of reordering), so
+the planner must know, per flow, whether its current path is still allowed.
 
 A flow may stay when it is the *same flow* (same id, same source and destination NIC ports) and
 its previous path is still one of its equal-cost candidates on the new snapshot: every link

@@ -2,7 +2,7 @@
 
 Why one function: the offline CLI (what-if, sizing) and the live controller (react to a failure,
 a job) ask the same question — which equal-cost path should each QP take on this snapshot — so
-both call :func:`plan` (STYLE.md: the solver is a function) and get a :class:`Plan` that says
+both call :func:`plan` (the solver is a function) and get a :class:`Plan` that says
 what it chose, how good that is, what no plan can beat, and what moved.
 
 **Objective**, lexicographic: (1) the maximum utilization of a switch-to-switch link, load being

@@ -18,16 +18,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from solver.errors import PlanError
 from solver.flows import Flow
+from topology.base import Frozen
 from topology.errors import PathError, TopologyError
 from topology.model import Fabric, Name
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class PlannedFlow(Frozen):
@@ -178,6 +175,19 @@ def paths_from_plan(
     if plan.fabric != fabric.name:
         problems.append(("fabric", f"plan is for fabric {plan.fabric!r}, not {fabric.name!r}"))
     wanted = {f.id: i for i, f in enumerate(flows)}
+    unknown = sum(1 for planned in plan.flows if planned.id not in wanted)
+    absent = len(flows) - (len(plan.flows) - unknown)
+    if plan.flows and flows and (2 * unknown > len(plan.flows) or 2 * absent > len(flows)):
+        # Most flows differ: the files do not belong together; say so once, not 1,000 times.
+        problems.append(
+            (
+                "",
+                f"the plan does not belong to these jobs: {unknown:,} of its "
+                f"{len(plan.flows):,} flows are not flows of the jobs, and {max(absent, 0):,} "
+                f"of the jobs' {len(flows):,} flows are not in it (a plan of another jobs file?)",
+            )
+        )
+        raise PlanError(problems, source)
     chosen: dict[int, PlannedFlow] = {}
     for k, planned in enumerate(plan.flows):
         fid = planned.id

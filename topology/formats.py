@@ -89,7 +89,19 @@ def parse_data(text: str, fmt: TextFormat, source: str) -> Any:
     except json.JSONDecodeError as exc:
         raise FabricFileError(source, [("", f"not valid JSON: {exc}")]) from None
     except yaml.YAMLError as exc:
-        raise FabricFileError(source, [("", f"not valid YAML: {exc}")]) from None
+        raise FabricFileError(source, [("", f"not valid YAML: {_yaml_problem(exc)}")]) from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """``line 3, column 1: expected ',' or ']', but got '<stream end>'`` (PyYAML's own text
+    spans lines and names ``<unicode string>`` instead of the file)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    text = f"{context}: {problem}" if context else str(problem)
+    if mark is None:
+        return text
+    return f"line {mark.line + 1}, column {mark.column + 1}: {text}"
 
 
 def parse_model(cls: type[M], text: str, fmt: TextFormat, source: str) -> M:

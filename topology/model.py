@@ -26,7 +26,9 @@ from enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from topology.base import Frozen
 
 if TYPE_CHECKING:
     from topology.index import FabricIndex
@@ -43,10 +45,7 @@ _INTERFACE_RE = re.compile(INTERFACE_PATTERN)
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
 
 
-class Frozen(BaseModel):
-    """Base for every model of the fabric: unknown keys are refused, instances are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+# ``Frozen`` (topology.base) is the base of every model of the fabric and is re-exported here.
 
 
 class LinkStatus(StrEnum):

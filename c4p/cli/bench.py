@@ -88,8 +88,12 @@ def bench_cmd(
         )
         text = bench.markdown(rows, command, elapsed).replace("benchmarks.png", image.name)
         write_text(table, text)
-        bench.plot(rows, image)
-        emit(json_path, bench.rows_json(rows), lambda: console.print(f"wrote {table}, {image}"))
+        try:
+            bench.plot(rows, image)
+            wrote = f"wrote {table}, {image}"
+        except ImportError:  # matplotlib is an extra: c4p[plot] (or the dev install)
+            wrote = f"wrote {table} (no plot: install c4p[plot] for {image.name})"
+        emit(json_path, bench.rows_json(rows), lambda: console.print(wrote))
 
     guarded(body)
 

@@ -10,7 +10,7 @@ import typer
 
 from c4p import report
 from c4p.agent.static import host_files, write_host_files
-from c4p.cli.common import JsonOption, console, emit, guarded
+from c4p.cli.common import JsonOption, check_number, console, emit, guarded, progress
 from c4p.errors import C4pError
 from c4p.files import load_fabric, load_model, save_model, write_text
 from solver.ecmp import ecmp_paths
@@ -69,7 +69,7 @@ def plan_cmd(
     fabric_path: Annotated[Path, typer.Option("--fabric", help="Fabric file.")],
     jobs_path: Annotated[Path, typer.Option("--jobs", help="Jobs file.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Plan file to write.")],
-    budget: Annotated[float, typer.Option(help="Seconds the search may take.")] = 5.0,
+    budget: Annotated[float, typer.Option(help="Seconds the search may take (0 to 3600).")] = 5.0,
     fail: LinkOption = None,
     drain: LinkOption = None,
     previous_path: Annotated[
@@ -101,29 +101,33 @@ def plan_cmd(
     """Plan every flow's path; compare with ECMP, greedy and the lower bound."""
 
     def body() -> None:
+        check_number("--budget", budget, 0.0, 3600.0)
         if strategy not in STRATEGIES:
             raise C4pError(f"--strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
-        base = load_fabric(fabric_path)
-        fabric = apply_link_changes(base, fail or [], drain or [])
-        workload = derive_workload(fabric, load_model(JobsFile, jobs_path), str(jobs_path))
+        with progress(f"loading {fabric_path} and {jobs_path}"):
+            base = load_fabric(fabric_path)
+            fabric = apply_link_changes(base, fail or [], drain or [])
+            workload = derive_workload(fabric, load_model(JobsFile, jobs_path), str(jobs_path))
         previous = None
         matching: dict[str, int] | None = None
         if previous_path is not None:
             before = load_model(PlanFile, previous_path)
             matching = match_previous_plan(before, fabric, workload.flows, previous_path)
             previous = Plan.from_plan_file(before, fabric)
-        ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
-        greedy = plan(fabric, workload, strategy="greedy", seed=seed)
-        result = plan(fabric, workload, previous, budget=budget, seed=seed, strategy=strategy)
+        with progress(f"planning {len(workload.flows):,} flows (budget {budget:g} s)"):
+            ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
+            greedy = plan(fabric, workload, strategy="greedy", seed=seed)
+            result = plan(fabric, workload, previous, budget=budget, seed=seed, strategy=strategy)
         if output.suffix.lower() == ".json":  # the common case, written without a model per flow
             write_text(output, plan_json_text(fabric, result.flows, result.paths,
                                               result.strategy, result.seed))  # fmt: skip
         else:
             save_model(result.to_plan_file(), output)
-        evaluations = {
-            "ecmp": evaluate(fabric, workload, ecmp.paths),
-            "c4p": evaluate(fabric, workload, result.paths),
-        }
+        with progress("evaluating ECMP and the plan"):
+            evaluations = {
+                "ecmp": evaluate(fabric, workload, ecmp.paths),
+                "c4p": evaluate(fabric, workload, result.paths),
+            }
         comparison = report.PlanComparison(
             ecmp=evaluations["ecmp"], greedy=greedy, c4p=result, c4p_eval=evaluations["c4p"]
         )
@@ -150,6 +154,8 @@ def plan_cmd(
             }
 
         def render() -> None:
+            if str(output) == "-":  # the plan went to standard output: nothing else there
+                return
             report.print_plan(console, fabric, comparison, previous is not None)
             if matching is not None and (matching["new"] or matching["gone"]):
                 console.print(
