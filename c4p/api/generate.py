@@ -60,7 +60,9 @@ class Bundle:
 
     def rewrite(self, text: str) -> str:
         source = re.escape(self.folder.replace("/", "."))
-        return re.sub(rf"^from {source} import ", f"from {self.package} import ", text, flags=re.MULTILINE)
+        return re.sub(
+            rf"^from {source} import ", f"from {self.package} import ", text, flags=re.MULTILINE
+        )
 
 
 V1 = Bundle("c4p/v1", "c4p.api.v1", OUT_DIR, _INIT)

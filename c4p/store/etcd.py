@@ -45,6 +45,7 @@ the cache is the state in etcd, and a new blob version is built from it without 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import threading
@@ -252,9 +253,7 @@ class EtcdStore:
         start = self._key("decisions", "")
         end = self._key("decisions", _seq(before_sequence)) if before_sequence > 0 else None
         try:
-            reply = self.client.range(
-                start, end or prefix_end(start), limit=limit, descending=True
-            )
+            reply = self.client.range(start, end or prefix_end(start), limit=limit, descending=True)
         except EtcdError as exc:
             raise StoreError(f"etcd store: cannot read decisions: {exc}") from exc
         return [DecisionRecord.model_validate_json(kv.value) for kv in reply.kvs]
@@ -354,7 +353,7 @@ class EtcdStore:
             self._txn(ops)
             self._manifest = manifest
             for cache in (self._jobs, self._intents, self._held, self._stones):
-                cache.pop(job_id, None)  # type: ignore[attr-defined]
+                cache.pop(job_id, None)
 
     def set_link_override(self, override: LinkOverride) -> None:
         value = override.model_dump_json(exclude_defaults=True).encode()
@@ -431,10 +430,8 @@ class EtcdStore:
 
     def _compact(self, revision: int) -> None:
         """Drop history older than ``revision`` (a failure only delays it to the next time)."""
-        try:
+        with contextlib.suppress(EtcdError):
             self.client.compact(revision)
-        except EtcdError:
-            pass
 
     def close(self) -> None:
         self.client.close()

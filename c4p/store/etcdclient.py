@@ -145,7 +145,9 @@ class EtcdClient:
                 self._current = index
             return reply
         what = "no answer" if last is None else f"{last.code().name}: {last.details()}"
-        raise EtcdUnavailable(f"etcd {path.rsplit('/', 1)[-1]} ({', '.join(self.endpoints)}): {what}")
+        raise EtcdUnavailable(
+            f"etcd {path.rsplit('/', 1)[-1]} ({', '.join(self.endpoints)}): {what}"
+        )
 
     # -- KV --------------------------------------------------------------------------------------
 

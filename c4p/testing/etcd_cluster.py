@@ -11,6 +11,7 @@ failure (use it as a context manager).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -154,10 +155,8 @@ class EtcdCluster:
 
     def stop(self) -> None:
         for i in range(len(self.members)):
-            try:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 self.kill(i)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
 
