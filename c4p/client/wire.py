@@ -99,10 +99,18 @@ def auth(token: str | None) -> tuple[tuple[str, str], ...]:
 class ApiError(Exception):
     """A call the controller refused or could not answer (see the module docstring)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str, problems: list[tuple[str, str]]):
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        details: str,
+        problems: list[tuple[str, str]],
+        leader: str = "",
+    ):
         self.code = code
         self.details = details
         self.problems = problems
+        self.leader = leader
+        """A follower's refusal names the leader (``c4p-leader`` trailing metadata)."""
         super().__init__(f"{code.name}: {details}")
 
     @property
@@ -114,15 +122,18 @@ class ApiError(Exception):
         code: grpc.StatusCode = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
         details = str(exc.details() if hasattr(exc, "details") else exc) or code.name
         problems: list[tuple[str, str]] = []
+        leader = ""
         trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
         for key, value in trailing or ():
+            if key == "c4p-leader":
+                leader = value.decode() if isinstance(value, bytes) else str(value)
             if key == "c4p-problems":
                 try:
                     text = value.decode() if isinstance(value, bytes) else value
                     problems = [(p["field"], p["reason"]) for p in json.loads(text)]
                 except (ValueError, KeyError, TypeError):
                     problems = []
-        return cls(code, details, problems)
+        return cls(code, details, problems, leader)
 
 
 # -- intents ---------------------------------------------------------------------------------------

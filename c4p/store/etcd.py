@@ -50,7 +50,7 @@ import json
 import secrets
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -129,10 +129,21 @@ class Manifest(BaseModel):
 class EtcdStore:
     """A :class:`~c4p.store.base.Store` in etcd (see the module docstring)."""
 
-    def __init__(self, client: EtcdClient, prefix: str = "/c4p/", compact_every: int = 200) -> None:
+    def __init__(
+        self,
+        client: EtcdClient,
+        prefix: str = "/c4p/",
+        compact_every: int = 200,
+        *,
+        owns_client: bool = True,
+    ) -> None:
         if not prefix.endswith("/"):
             prefix += "/"
         self.client = client
+        self.owns_client = owns_client
+        self.fenced = threading.Event()
+        """Set once etcd refused a write for lost leadership (the replica then steps down)."""
+        self.on_fenced: Callable[[], object] | None = None
         self.prefix = prefix.encode()
         self.compact_every = compact_every
         self.fence: Fence | None = None
@@ -271,6 +282,9 @@ class EtcdStore:
         except EtcdError as exc:
             raise StoreError(f"etcd store: write failed: {exc}") from exc
         if not reply.succeeded:
+            self.fenced.set()
+            if self.on_fenced is not None:
+                self.on_fenced()
             raise FencedError(
                 "etcd store: leadership lost (the leader key is no longer the one this replica "
                 f"created at revision {self.fence.revision}); write refused"
@@ -434,7 +448,8 @@ class EtcdStore:
             self.client.compact(revision)
 
     def close(self) -> None:
-        self.client.close()
+        if self.owns_client:
+            self.client.close()
 
 
 def _seq(n: int) -> str:
