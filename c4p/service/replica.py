@@ -224,6 +224,8 @@ class Replica:
                 continue
             if not self.writable:
                 self._set_writable(True, "keep-alive answered")
+            if store is not None and store.uncertain.is_set() and election.fence is not None:
+                await self._reload(election.fence)
 
     def _set_writable(self, writable: bool, why: str) -> None:
         if writable == self.writable:
@@ -278,6 +280,16 @@ class Replica:
                 "promote_s": round(self.last_promotion_s, 3),
             },
         )
+
+    async def _reload(self, fence: Fence) -> None:
+        """Still the leader, but a write got no answer (it may have landed or not): rebuild the
+        controller from what etcd holds rather than trust the state in memory. Streams drop
+        and resume from their epochs on the same address."""
+        log.warning("reloading from the store", extra={"event": "reload"})
+        runtime, self.runtime, self.store = self.runtime, None, None
+        if runtime is not None:
+            await runtime.stop()
+        await self._promote(fence)
 
     async def _demote(self, why: str) -> None:
         log.warning("stepping down", extra={"event": "step-down", "why": why})

@@ -69,6 +69,7 @@ from c4p.store.base import (
 from c4p.store.etcdclient import (
     EtcdClient,
     EtcdError,
+    EtcdUnavailable,
     created_at,
     delete_op,
     prefix_end,
@@ -144,6 +145,10 @@ class EtcdStore:
         self.fenced = threading.Event()
         """Set once etcd refused a write for lost leadership (the replica then steps down)."""
         self.on_fenced: Callable[[], object] | None = None
+        self.uncertain = threading.Event()
+        """Set when a write got no answer: etcd may still commit it (a request that timed out
+        while the quorum was lost is applied when it returns), so this store's cache, and the
+        controller state built beside it, may differ from etcd. The replica then reloads."""
         self.prefix = prefix.encode()
         self.compact_every = compact_every
         self.fence: Fence | None = None
@@ -271,14 +276,25 @@ class EtcdStore:
 
     # -- writes ----------------------------------------------------------------------------------
 
-    def _txn(self, ops: Sequence[pb.RequestOp]) -> pb.TxnResponse:
-        """One fenced transaction: it writes only while this replica holds the leader key."""
+    def _txn(self, ops: Sequence[pb.RequestOp], absent: bytes | None = None) -> pb.TxnResponse:
+        """One fenced transaction: it writes only while this replica holds the leader key (and,
+        with ``absent``, only if that key does not exist)."""
         if self.fence is None:
             raise FencedError("etcd store: this replica is not the leader; it does not write")
         if not self._loaded:
             raise StoreError("etcd store: load() before the first write")
+        compare = [created_at(self.fence.key, self.fence.revision)]
+        if absent is not None:
+            compare.append(created_at(absent, 0))
         try:
-            reply = self.client.txn([created_at(self.fence.key, self.fence.revision)], ops)
+            reply = self.client.txn(compare, ops)
+            if not reply.succeeded and absent is not None:
+                found = self.client.get(self.fence.key)
+                if found is not None and found.create_revision == self.fence.revision:
+                    raise StoreError(f"etcd store: {absent.decode()} exists already")
+        except EtcdUnavailable as exc:
+            self.uncertain.set()  # it may still commit: what we hold may not be what etcd has
+            raise StoreError(f"etcd store: write failed: {exc}") from exc
         except EtcdError as exc:
             raise StoreError(f"etcd store: write failed: {exc}") from exc
         if not reply.succeeded:
@@ -325,11 +341,13 @@ class EtcdStore:
     def register_job(self, job: JobRecord, incarnation: int) -> None:
         with self._lock:
             doc = JobDoc(record=job)
+            key = self._key("jobs", job.job_id)
             self._txn(
                 [
-                    put_op(self._key("jobs", job.job_id), doc.model_dump_json().encode()),
+                    put_op(key, doc.model_dump_json().encode()),
                     put_op(self._key("meta", "incarnation"), str(incarnation).encode()),
-                ]
+                ],
+                absent=key,
             )
             self._jobs[job.job_id] = doc
             self._intents[job.job_id] = {}
