@@ -89,7 +89,8 @@ def retrying(
     """``call()`` until it succeeds, a non-retryable error, or ``attempts`` tries; with
     ``endpoints``, a follower's redirect is followed at once and a dead endpoint is left for the
     next one (see :mod:`c4p.client.endpoints`)."""
-    backoff = Backoff()
+    # between replicas a new leader is elected within a lease TTL: do not sleep much longer
+    backoff = Backoff(cap=1.0) if endpoints is not None and endpoints.several else Backoff()
     for attempt in range(attempts):
         try:
             return call()
@@ -339,9 +340,11 @@ class AdminClient:
         self._log = _Method(e, ADMIN + "GetDecisionLog", admin.GetDecisionLogResponse)
 
     def _call(self, stub: Any, request: Any) -> Any:
-        """One call; a follower's redirect is followed (admin calls are not retried blind:
-        a drain that timed out may have happened)."""
-        for _ in range(len(self.endpoints.targets) + 1):
+        """One call; a follower's redirect is followed, and with several endpoints an
+        unavailable one is left for the next (every admin call is safe to repeat: a drain of a
+        drained link changes nothing). Not retried otherwise."""
+        tries = 2 * len(self.endpoints.targets) + 1
+        for attempt in range(tries):
             try:
                 return stub(
                     request,
@@ -351,9 +354,13 @@ class AdminClient:
                 )
             except grpc.RpcError as exc:
                 error = ApiError.from_rpc(exc)
-                if not (error.leader and self.endpoints.follow(error)):
+                moved = self.endpoints.follow(error)
+                unavailable = error.code is grpc.StatusCode.UNAVAILABLE and self.endpoints.several
+                if attempt == tries - 1 or not (moved or unavailable):
                     raise error from None
-        raise ApiError(grpc.StatusCode.UNAVAILABLE, "no leader answered", [])
+                if not moved:
+                    time.sleep(0.2)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def fabric(self, only_changed: bool = False) -> admin.FabricSnapshot:
         reply: admin.FabricSnapshot = self._call(
