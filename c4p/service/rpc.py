@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError, Message
 from c4p.controller.errors import InvalidRequest, RequestError
 from c4p.service.access import Guard, RateLimiter
 from c4p.service.telemetry import Metrics
+from c4p.store.base import StoreError
 
 log = logging.getLogger("c4p.service")
 
@@ -147,6 +148,15 @@ class Gate:
             trailing_metadata=(("c4p-problems", text),),
         )
 
+    async def _unwritable(
+        self, context: grpc.aio.ServicerContext, method: str, exc: StoreError
+    ) -> None:
+        """The store refused or did not answer a write: nothing was acknowledged, the state in
+        force is unchanged (fail-static); the same request may succeed later or elsewhere (a
+        replica that lost leadership: the client moves on)."""
+        log.warning("store", extra={"event": "store-error", "method": method, "why": str(exc)})
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot write the state now: {exc}")
+
     async def _internal(self, context: grpc.aio.ServicerContext, method: str) -> None:
         log.exception("internal error", extra={"event": "internal-error", "method": method})
         await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the controller log")
@@ -168,6 +178,9 @@ class Gate:
             except RequestError as exc:
                 code = exc.code
                 await self._refuse(context, e.name, exc)
+            except StoreError as exc:
+                code = "UNAVAILABLE"
+                await self._unwritable(context, e.name, exc)
             except Exception:
                 code = "INTERNAL"
                 await self._internal(context, e.name)
@@ -192,6 +205,9 @@ class Gate:
             except RequestError as exc:
                 code = exc.code
                 await self._refuse(context, e.name, exc)
+            except StoreError as exc:
+                code = "UNAVAILABLE"
+                await self._unwritable(context, e.name, exc)
             except Exception:
                 code = "INTERNAL"
                 await self._internal(context, e.name)
