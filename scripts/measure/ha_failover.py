@@ -124,8 +124,9 @@ with (
         ports_same = all(transports[n].ports == ports_before[n] for n in transports)
         reapplied = sum(transports[n].applied - applied_before[n] for n in transports)
         fresh = sessions["a"].watch()
+        want = len(ports_before["a"])
         full_same = (
-            fresh.wait(lambda m, n=len(ports_before["a"]): len(m.bindings) == n, 30)
+            fresh.wait(lambda m, n=want: len(m.bindings) == n, 30)
             and {k: b.udp_sport for k, b in fresh.mirror.snapshot().items()} == ports_before["a"]
         )
         fresh.stop()
