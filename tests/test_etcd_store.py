@@ -9,8 +9,19 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 import pytest
+from service_cases import hosts, spread_fabric
 from test_store import comm, decision, held, job
 
+from c4p.controller import (
+    ControllerState,
+    FlapSettings,
+    Intake,
+    IntakeLimits,
+    Key,
+    KeyKind,
+    PlannerSettings,
+    Reconciler,
+)
 from c4p.store import EpochCommit, LinkOverride, StoreError
 from c4p.store import etcd as etcd_store
 from c4p.store.election import Election, LeaderInfo
@@ -18,6 +29,9 @@ from c4p.store.etcd import EtcdStore, FencedError
 from c4p.store.etcdclient import EtcdClient, EtcdError, EtcdUnavailable
 from c4p.store.etcdpb.etcd_rpc_pb2 import RequestOp, TxnResponse
 from c4p.testing.etcd_cluster import EtcdCluster, etcd_binary
+
+FABRIC = spread_fabric()
+FABRIC_HOSTS = hosts(FABRIC)
 
 pytestmark = pytest.mark.skipif(
     etcd_binary() is None, reason="etcd not installed (Debian etcd-server)"
@@ -217,3 +231,46 @@ def test_one_member_lost_then_quorum_lost_then_back() -> None:
         eventually(lambda: store.register_job(job("d"), 4))
         state = EtcdStore(EtcdClient(own.endpoints), "/q/").load()
         assert set(state.jobs) - {"c"} == {"a", "b", "d"}  # "c" was never acknowledged
+
+
+def _takeover(cluster: EtcdCluster, prefix: str) -> dict[str, dict[object, int]]:
+    """A new leader on ``prefix``: load, rebuild the controller, run its first (startup) step;
+    the bindings it then holds (job -> QP -> UDP source port)."""
+    store, election = leading(cluster, prefix, name=f"new{prefix}")
+    state = ControllerState(FABRIC, store.load(), FlapSettings(), 2000.0)
+    Reconciler(state, store, PlannerSettings(budget_s=1.0), None).step(
+        2000.0, (Key(KeyKind.STARTUP),)
+    )
+    election.resign()
+    with state.lock:
+        return {j: {k: h.binding.sport for k, h in b.items()} for j, b in state.held.items()}
+
+
+def test_two_takeovers_from_the_same_state_plan_the_same(cluster: EtcdCluster, prefix: str) -> None:
+    """Deterministic planning: an intent the old leader acknowledged but never planned is
+    planned identically by whichever replica takes over, and nothing planned before moves."""
+    store, election = leading(cluster, prefix)
+    state = ControllerState(FABRIC, store.load(), FlapSettings(), 1000.0)
+    intake = Intake(state, store, IntakeLimits(), lambda: 1000.0)
+    reconciler = Reconciler(state, store, PlannerSettings(budget_s=1.0), None)
+    for name, (a, b) in (("x", (0, 1)), ("y", (2, 3)), ("z", (4, 5))):
+        done = intake.register({"job_id": name, "hosts": [FABRIC_HOSTS[a], FABRIC_HOSTS[b]]})
+        if name != "z":
+            dp = {"id": "dp", "version": 1, "qps_per_connection": 2}
+            intake.submit(name, done.record.incarnation, [dp], [])
+    reconciler.step(1000.0, (Key(KeyKind.JOB, "test"),))
+    with state.lock:
+        planned = {j: {k: h.binding.sport for k, h in b.items()} for j, b in state.held.items()}
+    z = state.jobs["z"].record.incarnation
+    intake.submit("z", z, [{"id": "dp", "version": 1, "qps_per_connection": 2, "channels": 2}], [])
+    election.resign()  # the leader dies before planning z's intents
+    twin = prefix.rstrip("/") + "twin/"  # the same state under a second prefix
+    _, kvs = store.client.scan(store.prefix)
+    for kv in kvs:
+        if not kv.key.endswith(b"/leader"):
+            store.client.put(twin.encode() + kv.key[len(store.prefix) :], kv.value)
+    first, second = _takeover(cluster, prefix), _takeover(cluster, twin)
+    assert first == second  # the same plan from the same state
+    assert first["z"] and set(first) == {"x", "y", "z"}
+    for name in ("x", "y"):
+        assert first[name] == planned[name]  # nothing that did not have to moved
