@@ -166,6 +166,8 @@ class Replica:
         me = LeaderInfo(self.config.replica.name, self.config.replica.advertise or self.address)
         key = self.config.store.prefix.rstrip("/").encode() + b"/leader"
         self.election = Election(self.client, key, me, self.config.store.lease_ttl_s)
+        with contextlib.suppress(EtcdError):  # ready means: able to name a leader at once
+            await asyncio.to_thread(self.election.observe)
         self._task = asyncio.create_task(self._run(), name="c4p-replica")
         log.info(
             "replica",

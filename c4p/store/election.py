@@ -88,6 +88,12 @@ class Election:
         self.leader = LeaderInfo.decode(kvs[0].value) if kvs else None
         return None
 
+    def observe(self) -> LeaderInfo | None:
+        """Read who leads now (without campaigning); also kept in :attr:`leader`."""
+        found = self.client.get(self.key)
+        self.leader = None if found is None else LeaderInfo.decode(found.value)
+        return self.leader
+
     def renew(self) -> bool:
         """Keep our lease alive; ``False`` if it is gone (leadership lost). Raises
         :class:`EtcdError` when etcd cannot say (unreachable, no quorum)."""
