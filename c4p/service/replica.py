@@ -201,8 +201,9 @@ class Replica:
         while not self._stopping:
             if self.role is Role.FOLLOWER:
                 fence: Fence | None = None
-                try:
-                    fence = await asyncio.to_thread(election.campaign)
+                try:  # a read while someone leads; a campaign (a raft write) only when nobody does
+                    if await asyncio.to_thread(election.observe) is None:
+                        fence = await asyncio.to_thread(election.campaign)
                 except EtcdError as exc:
                     log.warning("campaign failed", extra={"event": "campaign", "error": str(exc)})
                 if fence is not None:
