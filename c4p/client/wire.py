@@ -68,6 +68,10 @@ def channel_options(tls: ClientTls | None, max_message_bytes: int) -> list[tuple
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.keepalive_time_ms", 30_000),
+        # gRPC's reconnect back-off grows to 120 s: a controller replica that was down for a
+        # while and then becomes the leader would stay unreachable from here for that long
+        ("grpc.initial_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 2_000),
     ]
     if tls is not None and tls.server_name:
         options.append(("grpc.ssl_target_name_override", tls.server_name))
