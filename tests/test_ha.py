@@ -13,9 +13,11 @@ Times are asserted only as generous liveness bounds; the measured failover time 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,6 +68,22 @@ def _health(address: str, service: str) -> int:
         except grpc.RpcError:
             return -1
         return int(reply.status)
+
+
+def _metric(log: Path, name: str) -> float | None:
+    """``name`` from the /metrics of the runtime a replica's log says is serving (the newest)."""
+    lines = [json.loads(x) for x in log.read_text().splitlines() if '"event": "serving"' in x]
+    if not lines or not lines[-1].get("metrics"):
+        return None
+    try:
+        with urllib.request.urlopen(f"http://{lines[-1]['metrics']}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
 
 
 def _bound(session: JobSession) -> tuple[BindingWatch, EmulatedTransport]:
@@ -269,7 +287,10 @@ def test_a_stopped_old_leader_is_refused_when_it_writes(etcd: EtcdCluster, tmp_p
 def test_member_lost_then_quorum_lost_keeps_serving_bindings_and_recovers(
     etcd: EtcdCluster, tmp_path: Path
 ) -> None:
-    with ReplicaGroup(tmp_path, FABRIC, etcd.endpoints, count=1, lease_ttl_s=4) as group:
+    metrics = {"metrics": {"address": "127.0.0.1:0"}}
+    with ReplicaGroup(
+        tmp_path, FABRIC, etcd.endpoints, count=1, lease_ttl_s=4, extra=metrics
+    ) as group:
         leader = group.by_name(group.wait_leader())
         flow = FlowIntentClient(leader.address, attempts=3, timeout=5)
         try:
@@ -283,6 +304,8 @@ def test_member_lost_then_quorum_lost_keeps_serving_bindings_and_recovers(
             assert wait_until(lambda: _health(leader.address, STORE_HEALTH) == 1, 30)
             etcd.kill(1)  # 1 of 3 left: no quorum
             assert wait_until(lambda: _health(leader.address, STORE_HEALTH) == 2, 30)
+            assert _metric(leader.log, "c4p_store_writable") == 0.0
+            assert _metric(leader.log, "c4p_leader") == 1.0
             assert _health(leader.address, "c4p.v1.FlowIntentService") == 1  # still serving
             with pytest.raises(ApiError) as refused:
                 flow.register_job("b", hosts=HOSTS[2:4])  # a write: refused, not hung
@@ -297,6 +320,7 @@ def test_member_lost_then_quorum_lost_keeps_serving_bindings_and_recovers(
             etcd.restart(2)
             etcd.wait_healthy(30)
             assert wait_until(lambda: _health(leader.address, STORE_HEALTH) == 1, 60, 0.1)
+            assert wait_until(lambda: _metric(leader.log, "c4p_store_writable") == 1.0, 30)
             again = FlowIntentClient(leader.address, attempts=30)
             try:
                 c = again.register_job("c", hosts=HOSTS[4:6])  # writes again
