@@ -46,6 +46,7 @@ from c4p.files import load_fabric
 from c4p.serve import ServeConfig, split_address
 from c4p.service import admin, flow_intent
 from c4p.service.runtime import ServiceRuntime, server_credentials
+from c4p.store.base import StoreError
 from c4p.store.election import Election, LeaderInfo
 from c4p.store.etcd import EtcdStore, Fence
 from c4p.store.etcdclient import EtcdClient, EtcdError, EtcdTls
@@ -216,19 +217,26 @@ class Replica:
                 await asyncio.sleep(self.config.replica.poll_s)
                 continue
             await asyncio.sleep(settings.lease_ttl_s / 4)
-            store = self.store
             try:
-                alive = await asyncio.to_thread(election.renew)
-            except EtcdError as exc:
-                self._set_writable(False, str(exc))
-                continue
-            if not alive or (store is not None and store.fenced.is_set()):
-                await self._demote("lease lost" if not alive else "a write was fenced")
-                continue
-            if not self.writable:
-                self._set_writable(True, "keep-alive answered")
-            if store is not None and store.uncertain.is_set() and election.fence is not None:
-                await self._reload(election.fence)
+                await self._check_leadership(election)
+            except Exception:  # never let the replica's task die: it is the only one
+                log.exception("leader check failed", extra={"event": "check-failed"})
+                await self._demote("leader check failed")
+
+    async def _check_leadership(self, election: Election) -> None:
+        store = self.store
+        try:
+            alive = await asyncio.to_thread(election.renew)
+        except EtcdError as exc:
+            self._set_writable(False, str(exc))
+            return
+        if not alive or (store is not None and store.fenced.is_set()):
+            await self._demote("lease lost" if not alive else "a write was fenced")
+            return
+        if not self.writable:
+            self._set_writable(True, "keep-alive answered")
+        if store is not None and store.uncertain.is_set() and election.fence is not None:
+            await self._reload(election.fence)
 
     def _set_writable(self, writable: bool, why: str) -> None:
         if writable == self.writable:
@@ -248,12 +256,14 @@ class Replica:
             extra={"event": "store-writable", "writable": writable, "why": why},
         )
 
-    async def _promote(self, fence: Fence) -> None:
-        started = time.monotonic()
+    async def _build(self, fence: Fence) -> tuple[EtcdStore, ServiceRuntime]:
+        """A store fenced by ``fence`` and a runtime on the state etcd holds (not started).
+        Raises :class:`StoreError` / :class:`EtcdError` when etcd cannot be read."""
 
         def open_store() -> EtcdStore:
             store = EtcdStore(self.client, self.config.store.prefix, owns_client=False)
             store.fence = fence
+            store.load()  # off the event loop: fails here, not inside the runtime, if etcd is down
             return store
 
         store = await asyncio.to_thread(open_store)
@@ -262,7 +272,17 @@ class Replica:
         runtime = ServiceRuntime(
             config, fabric=self.fabric, ports=self.ports, clock=self.clock, store=store
         )
+        return store, runtime
+
+    async def _promote(self, fence: Fence) -> None:
+        started = time.monotonic()
+        store, runtime = await self._build(fence)
         await self._stop_follower()
+        await self._lead(fence, store, runtime, started)
+
+    async def _lead(
+        self, fence: Fence, store: EtcdStore, runtime: ServiceRuntime, started: float
+    ) -> None:
         await runtime.start()
         self.store, self.runtime, self.role = store, runtime, Role.LEADER
         self.writable = True
@@ -286,13 +306,20 @@ class Replica:
 
     async def _reload(self, fence: Fence) -> None:
         """Still the leader, but a write got no answer (it may have landed or not): rebuild the
-        controller from what etcd holds rather than trust the state in memory. Streams drop
-        and resume from their epochs on the same address."""
+        controller from what etcd holds rather than trust the state in memory. The new runtime
+        is built first: if etcd cannot be read now, the old one keeps serving and the reload is
+        tried again at the next check. Streams drop and resume on the same address."""
+        started = time.monotonic()
+        try:
+            store, runtime = await self._build(fence)
+        except (StoreError, EtcdError) as exc:
+            log.warning("reload postponed", extra={"event": "reload", "why": str(exc)})
+            return
         log.warning("reloading from the store", extra={"event": "reload"})
-        runtime, self.runtime, self.store = self.runtime, None, None
-        if runtime is not None:
-            await runtime.stop()
-        await self._promote(fence)
+        old, self.runtime, self.store = self.runtime, None, None
+        if old is not None:
+            await old.stop()
+        await self._lead(fence, store, runtime, started)
 
     async def _demote(self, why: str) -> None:
         log.warning("stepping down", extra={"event": "step-down", "why": why})
