@@ -40,7 +40,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -65,6 +65,7 @@ from c4p.service.flow_intent import StreamHub
 from c4p.service.probing import ProbeWorker
 from c4p.service.rpc import Gate
 from c4p.service.telemetry import Metrics
+from c4p.store.base import Store
 from c4p.store.sqlite import SqliteStore
 from southbound.events import EventQueue, TargetHealth
 from southbound.fleet import Fleet
@@ -72,6 +73,9 @@ from southbound.targets import FabricSource
 from topology.errors import C4pError, FabricFileError
 from topology.generators.common import AddressPlan
 from topology.model import Fabric
+
+if TYPE_CHECKING:
+    from c4p.service.replica import Replica
 
 log = logging.getLogger("c4p.service")
 
@@ -112,6 +116,7 @@ class ServiceRuntime:
         fabric: Fabric | None = None,
         ports: PortSourceFactory | None = None,
         clock: Callable[[], float] = time.time,
+        store: Store | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -125,7 +130,8 @@ class ServiceRuntime:
                 assert config.fabric.path is not None
                 fabric = load_fabric(config.fabric.path)
         self.fabric = fabric
-        self.store = SqliteStore(config.store.path, config.store.synchronous)
+        # an HA replica passes the etcd store it leads with (c4p.service.replica)
+        self.store: Store = store or SqliteStore(config.store.path, config.store.synchronous)
         self.state = ControllerState(
             self.fabric,
             self.store.load(),
@@ -464,8 +470,15 @@ class ServiceRuntime:
 
 async def serve_forever(config: ServeConfig, ready: Callable[[str], None] | None = None) -> None:
     """Run until SIGINT or SIGTERM (``c4p serve``); a start-up failure raises (nothing left
-    running)."""
-    runtime = ServiceRuntime(config)
+    running). With ``store.kind: etcd``, as one replica of a highly available group
+    (:mod:`c4p.service.replica`)."""
+    runtime: ServiceRuntime | Replica
+    if config.store.kind == "etcd":
+        from c4p.service.replica import Replica
+
+        runtime = Replica(config)
+    else:
+        runtime = ServiceRuntime(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
