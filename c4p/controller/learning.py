@@ -100,6 +100,14 @@ class Finding:
     text: str
 
 
+def same_topology(a: Fabric, b: Fabric) -> bool:
+    """The same links in the same order and the same switches (statuses aside): what
+    :meth:`PathTable.invalidate` can move a table across."""
+    return [(k.a, k.b) for k in a.links] == [(k.a, k.b) for k in b.links] and [
+        s.name for s in a.switches
+    ] == [s.name for s in b.switches]
+
+
 class PortLearner:
     """The learned table of a live controller and what it still needs (module docstring)."""
 
@@ -132,7 +140,17 @@ class PortLearner:
         if self.mode is PortMode.PREDICTED:
             return PredictedPorts(snapshot)
         with self.lock:
-            if self.table.fabric is not snapshot:
+            if self.table.fabric is not snapshot and not same_topology(self.table.fabric, snapshot):
+                # Re-wired (a snapshot swapped in): a table keyed by the old link numbers
+                # cannot be moved; start anew, and the planned paths are probed again.
+                self.table = PathTable(snapshot, self.settings.scope)
+                self._wants = ProbeWants()
+                self._pending.clear()
+                self._findings.clear()
+                self._pair_findings.clear()
+                self._sent.clear()
+                self._holes.clear()
+            elif self.table.fabric is not snapshot:
                 invalidation = self.table.invalidate(snapshot)
                 self._wants.invalidations.append(invalidation)
                 self._sent.clear()

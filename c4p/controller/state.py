@@ -34,6 +34,7 @@ from enum import StrEnum
 from typing import Any
 
 from c4p.controller.modes import RolloutSettings, resolve
+from c4p.controller.rewire import Rewiring, link_number_map, touched_jobs, wiring_digest
 from c4p.controller.triggers import FlapSettings, LinkTracker
 from c4p.store.base import (
     CommunicatorRecord,
@@ -49,9 +50,18 @@ from c4p.store.base import (
     Store,
     StoredState,
 )
-from solver.jobs import CommunicatorSpec, JobsFile, JobSpec, RankNic, find_job_problems, job_ranks
+from solver.errors import JobError
+from solver.jobs import (
+    CommunicatorSpec,
+    JobsFile,
+    JobSpec,
+    RankNic,
+    find_job_problems,
+    job_ranks,
+)
 from southbound.bindings import BindingIssue
 from southbound.routes import QpKey
+from topology.errors import TopologyError
 from topology.model import Fabric, LinkStatus
 
 PLACEMENT_ONLY = (CommunicatorSpec(id="placement-check"),)
@@ -150,6 +160,10 @@ class PlanInputs:
     jobs: tuple[JobInput, ...]
     held: dict[str, dict[QpKey, HeldBinding]]
     shadow: dict[str, dict[QpKey, HeldBinding]] = field(default_factory=dict)
+    rewiring: Rewiring | None = None
+    """Set on the step that swapped a new fabric snapshot in (see :meth:`swap_fabric`)."""
+    unplaced: dict[str, str] = field(default_factory=dict)
+    """Jobs whose NICs the fabric in force lacks (after a swap): left out, bindings kept."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +217,9 @@ class ControllerState:
         self.rollback: RollbackRecord | None = stored.rollback
         self.shadow: dict[str, dict[QpKey, HeldBinding]] = {}
         self.fabric = fabric
+        self.wiring = wiring_digest(fabric)
+        self.offered: Fabric | None = None
+        """A re-discovered snapshot waiting for the next step (:meth:`offer_fabric`)."""
         self.tracker = LinkTracker(flap)
         for i, link in enumerate(fabric.links):
             if link.status is not LinkStatus.UP:
@@ -222,8 +239,14 @@ class ControllerState:
         self.link_jobs: dict[int, Counter[str]] = {}
         self.jobs: dict[str, JobEntry] = {}
         planned = stored.last_planned.job_revisions if stored.last_planned else {}
+        self.unplaced: dict[str, str] = {}
+        """Per job whose NICs the fabric in force lacks, why (set by :meth:`swap_fabric`)."""
         for job_id, record in stored.jobs.items():
-            entry = JobEntry(record, job_ranks(fabric, placement_spec(record)))
+            try:
+                ranks = job_ranks(fabric, placement_spec(record))
+            except JobError as exc:  # a NIC gone while we were down: bindings kept, issues
+                self.unplaced[job_id], ranks = str(exc), ()
+            entry = JobEntry(record, ranks)
             entry.communicators = dict(stored.intents.get(job_id, {}))
             entry.planned_revision = min(planned.get(job_id, 0), record.revision)
             self.jobs[job_id] = entry
@@ -352,6 +375,7 @@ class ControllerState:
         with self.lock:
             store.release_job(job_id)
             self.jobs.pop(job_id, None)
+            self.unplaced.pop(job_id, None)
             for h in self.held.pop(job_id, {}).values():
                 self._index(job_id, h, -1)
             self.tombstones.pop(job_id, None)
@@ -382,10 +406,13 @@ class ControllerState:
             status = self.tracker.effective(now)
             index = self.fabric.index
             for link_id in self.overrides:
-                status[index.link_number(link_id)] = LinkStatus.DRAINED
+                try:
+                    status[index.link_number(link_id)] = LinkStatus.DRAINED
+                except TopologyError:  # drained, then re-cabled away: the drain stays stored
+                    continue
             return status
 
-    def plan_inputs(self, now: float) -> PlanInputs:
+    def plan_inputs(self, now: float, rewiring: Rewiring | None = None) -> PlanInputs:
         with self.lock:
             links = self.effective_links(now)
             jobs = tuple(
@@ -399,6 +426,7 @@ class ControllerState:
             modes = [(j.job_id, j.mode.value) for j in jobs if j.mode is not ControlMode.ACTIVE]
             if modes:  # only then: a store from before control modes keeps its fingerprint
                 key["modes"] = modes
+            key["wiring"] = [self.wiring]  # a restart on other wiring plans again
             digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()
             return PlanInputs(
                 epoch=self.epoch,
@@ -409,7 +437,65 @@ class ControllerState:
                 jobs=jobs,
                 held={job: dict(b) for job, b in self.held.items()},
                 shadow={job: dict(b) for job, b in self.shadow.items()},
+                rewiring=rewiring,
+                unplaced={j: r for j, r in self.unplaced.items() if j in self.jobs},
             )
+
+    # -- wiring changes (a new fabric snapshot while serving) ------------------------------------
+
+    def offer_fabric(self, fabric: Fabric) -> int:
+        """Re-discovery found other wiring: keep the snapshot for the next step (the latest
+        offer wins; level-triggered, so a burst of offers costs one swap)."""
+        with self.lock:
+            self.offered = fabric
+            return self.bump()
+
+    def swap_fabric(self, now: float) -> Rewiring | None:
+        """Swap the offered snapshot in (the reconcile step calls this first): which jobs it
+        touches (:func:`c4p.controller.rewire.touched_jobs`), link histories and the reverse
+        index carried over by the links' ends, each job's ranks re-placed. ``None`` when
+        nothing was offered or the offer has the wiring in force."""
+        with self.lock:
+            new, self.offered = self.offered, None
+            if new is None:
+                return None
+            digest = wiring_digest(new)
+            if digest == self.wiring:
+                return None
+            old = self.fabric
+            paths = {
+                job: [h.binding.path for h in held.values()]
+                for job, held in (*self.held.items(), *self.shadow.items())
+            }
+            hosts = {job: {r.host for r in e.ranks} for job, e in self.jobs.items()}
+            rewiring = touched_jobs(old, new, paths, hosts)
+            moved = link_number_map(old, new)
+            tracker = LinkTracker(self.tracker.settings)
+            for number, link in enumerate(new.links):
+                if link.status is not LinkStatus.UP:
+                    tracker.seed(number, link.status, now)
+            for old_number, history in self.tracker.histories().items():
+                if old_number in moved and moved[old_number] not in tracker.histories():
+                    tracker.adopt(moved[old_number], history)
+            self.tracker = tracker
+            self.fabric = new
+            self.wiring = digest
+            self.link_jobs = {}
+            for job_id, held in self.held.items():
+                for h in held.values():
+                    self._index(job_id, h, +1)
+            self.unplaced = {}
+            for job_id, entry in self.jobs.items():
+                found = placement_problems(new, entry.record)
+                if found:  # a NIC is gone: the step reports the job's QPs as binding issues
+                    self.unplaced[job_id] = "; ".join(f"{p}: {r}" for p, r in found[:3])
+                    continue
+                try:
+                    entry.ranks = job_ranks(new, placement_spec(entry.record))
+                except JobError as exc:
+                    self.unplaced[job_id] = str(exc)
+            self.bump()
+            return rewiring
 
     def _current(self, job: JobInput) -> JobEntry | None:
         entry = self.jobs.get(job.job_id)
