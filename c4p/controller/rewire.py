@@ -8,12 +8,15 @@ must then re-plan exactly the jobs the change touches and leave every other bind
 Which jobs those are is a question about two fabrics and the bindings in force, answered here
 without locks or I/O so it is tested on its own:
 
-* a job whose bindings cross a link that went away or changed speed (by the link's two ends:
-  a link's orientation or id does not matter), or a node the new fabric lacks;
+* a job whose bindings cross a link that went away or changed speed (by the two path nodes
+  the link joins: a link's orientation, id or interface names do not matter), or a node the
+  new fabric lacks;
 * a job with a rank on a NIC whose cable moved (its host link is gone or new), or that is gone;
-* a job whose flows *can* use a new link: a new switch-to-switch link is usable by a flow whose
-  path leaves its first leaf and visits one of the link's two switches (a path that never
-  visits an end cannot gain from it on the next plan without first being moved elsewhere).
+* a job whose flows *can* use a new link: the link lies on an equal-cost (shortest) path
+  between a flow's two NIC ports in the new fabric (two breadth-first searches per new link).
+
+A change of interfaces only (a cable moved to another port of the same two switches) touches no
+path, so it re-plans nothing; the wiring digest still changes, so it is recorded.
 
 The wiring digest (:func:`wiring_digest`) joins the plan fingerprint, so a restart on the same
 wiring after a swap re-serves its bindings unchanged (zero churn), while a restart on another
@@ -96,34 +99,56 @@ def link_number_map(old: Fabric, new: Fabric) -> dict[int, int]:
     return {i: after[_ends(link)] for i, link in enumerate(old.links) if _ends(link) in after}
 
 
-def _device(end: str) -> str:
-    return end.split(":", 1)[0]
+def node_pair(fabric: Fabric, link: Link) -> frozenset[str]:
+    """The two path nodes a link joins: a switch by its name, a NIC port by ``host:port``
+    (the fabric forbids parallel links, so the pair names the link)."""
+    hosts = {h.name for h in fabric.hosts}
+    return frozenset(e if e.split(":", 1)[0] in hosts else e.split(":", 1)[0] for e in link.ends)
+
+
+def _distances(fabric: Fabric, start: str) -> dict[str, int]:
+    """Hops from ``start`` to every path node (breadth first over the fabric's links)."""
+    index = fabric.index
+    adjacent: dict[int, list[int]] = {}
+    for u, v in index.resource_between:
+        adjacent.setdefault(u, []).append(v)
+    first = index.node_of[start]
+    seen = {first: 0}
+    frontier = [first]
+    while frontier:
+        nxt = []
+        for u in frontier:
+            for v in adjacent.get(u, ()):
+                if v not in seen:
+                    seen[v] = seen[u] + 1
+                    nxt.append(v)
+        frontier = nxt
+    return {index.node_names[n]: d for n, d in seen.items()}
 
 
 def touched_jobs(
     old: Fabric,
     new: Fabric,
     paths: Mapping[str, Iterable[tuple[str, ...]]],
-    nics: Mapping[str, Iterable[str]],
+    nic_ports: Mapping[str, Iterable[str]],
 ) -> Rewiring:
     """Which jobs a change from ``old`` to ``new`` touches (module docstring), and why.
 
     ``paths``: per job, the node paths of its bindings in force (or planned, for shadow jobs);
-    ``nics``: per job, the devices its ranks use (host names: a host's NIC ports are ends
-    ``host:nic...`` of its links)."""
+    ``nic_ports``: per job, the NIC port nodes its ranks use (``host:port``)."""
     added, removed, respeeded = link_changes(old, new)
-    switches = {s.name for s in old.switches} | {s.name for s in new.switches}
-    gone_pairs = {_ends(link) for link in (*removed, *respeeded)}
+    # By path nodes: a cable re-plugged into another port of the same two switches changes
+    # no path (unless its speed changed with it).
+    before = {node_pair(old, link): link.speed_gbps for link in old.links}
+    after = {node_pair(new, link): link.speed_gbps for link in new.links}
+    gone_pairs = {p for p, speed in before.items() if after.get(p) != speed}
+    new_pairs = [tuple(p) for p in sorted(after.keys() - before.keys(), key=sorted)]
     new_index = new.index
-    gone_devices = {_device(e) for link in (*removed, *added) for e in link.ends} - switches
-    new_switch_ends = {
-        _device(e) for link in added if all(_device(x) in switches for x in link.ends)
-        for e in link.ends
-    }  # fmt: skip
+    reach = {n: _distances(new, n) for pair in new_pairs for n in pair}
+    far = 1 << 30
     touched: dict[str, str] = {}
     for job, job_paths in paths.items():
         for path in job_paths:
-            devices = [_device(n) for n in path]
             hops = list(zip(path, path[1:], strict=False))
             if any(frozenset(hop) in gone_pairs for hop in hops):
                 touched[job] = "its paths crossed a link that went away or changed speed"
@@ -131,11 +156,20 @@ def touched_jobs(
             if any(n not in new_index.node_of for n in path):
                 touched[job] = "its paths visit a node the new fabric lacks"
                 break
-            if len(path) > 3 and new_switch_ends.intersection(devices[1:-1]):
+            src, dst, length = path[0], path[-1], len(path) - 1
+            if any(
+                min(
+                    reach[u].get(src, far) + 1 + reach[v].get(dst, far),
+                    reach[v].get(src, far) + 1 + reach[u].get(dst, far),
+                )
+                <= length
+                for u, v in new_pairs
+            ):  # the new link lies on an equal-cost path of this flow
                 touched[job] = "its flows can use a new link"
                 break
-    for job, hosts in nics.items():
-        if job not in touched and gone_devices.intersection(hosts):
+    changed_ports = {n for pair in (*gone_pairs, *map(frozenset, new_pairs)) for n in pair}
+    for job, ports in nic_ports.items():
+        if job not in touched and changed_ports.intersection(ports):
             touched[job] = "a NIC of its hosts was re-cabled or is gone"
     return Rewiring(
         added=tuple(link.id for link in added),

@@ -467,7 +467,7 @@ class ControllerState:
                 job: [h.binding.path for h in held.values()]
                 for job, held in (*self.held.items(), *self.shadow.items())
             }
-            hosts = {job: {r.host for r in e.ranks} for job, e in self.jobs.items()}
+            hosts = {job: {p for r in e.ranks for p in r.ports} for job, e in self.jobs.items()}
             rewiring = touched_jobs(old, new, paths, hosts)
             moved = link_number_map(old, new)
             tracker = LinkTracker(self.tracker.settings)
