@@ -50,3 +50,11 @@ def respeeded(speed: float = 100.0) -> Fabric:
 def without_nic_cable(host: str) -> Fabric:
     """START with ``host``'s NIC cable pulled (the host is still declared)."""
     return with_links(START, [k for k in START.links if host not in _devices(k)])
+
+
+def nic_moved(host: str, leaf: str, port: str) -> Fabric:
+    """START with ``host``'s NIC cable moved to ``leaf:port`` (a free port)."""
+    old = next(k for k in START.links if host in _devices(k))
+    nic = next(e for e in old.ends if e.startswith(f"{host}:"))
+    new = Link(a=nic, b=f"{leaf}:{port}", speed_gbps=old.speed_gbps)
+    return with_links(START, [new if k == old else k for k in START.links])

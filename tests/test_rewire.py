@@ -5,7 +5,16 @@ churn, and a restart on other wiring plans again."""
 
 from __future__ import annotations
 
-from rewire_cases import FULL, SPARE, START, link_between, moved, respeeded, without_nic_cable
+from rewire_cases import (
+    FULL,
+    SPARE,
+    START,
+    link_between,
+    moved,
+    nic_moved,
+    respeeded,
+    without_nic_cable,
+)
 
 from c4p.controller import (
     ControllerState,
@@ -127,6 +136,19 @@ def test_a_respeeded_port_replans_the_job_on_it() -> None:
     assert "1 link(s) speed changed" in outcome.decision.reason
     assert outcome.decision.jobs_on_links == ("a",)
     assert w.held("b") == before_b
+
+
+def test_a_nic_moved_to_another_leaf_replans_its_job() -> None:
+    w = World()
+    w.two_jobs()
+    before_a = w.held("a")
+    new = nic_moved("h0002", "leaf-03", "Ethernet9")  # now beside h0003 on leaf-03
+    w.state.offer_fabric(new)
+    outcome = w.step(WIRING)
+    assert outcome is not None and outcome.changed_jobs == {"b"}
+    assert w.held("a") == before_a
+    paths = [h.binding.path for h in w.held("b").values()]
+    assert paths and all(p[1:-1] == ("leaf-03",) for p in paths)  # no longer crosses spines
 
 
 def test_a_pulled_nic_cable_is_a_binding_issue_not_a_crash() -> None:
