@@ -30,7 +30,6 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from southbound.routes import QpKey
 from topology.model import Fabric, Link
 
 Ends = frozenset[str]
@@ -178,7 +177,3 @@ def touched_jobs(
         touched=touched,
         digest=wiring_digest(new),
     )
-
-
-def keys_of(held: Mapping[QpKey, object]) -> list[QpKey]:
-    return sorted(held)

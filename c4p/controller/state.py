@@ -95,6 +95,18 @@ def placement_problems(fabric: Fabric, record: JobRecord) -> list[tuple[str, str
     return [(path.removeprefix("jobs[0]").lstrip("."), reason) for path, reason in found]
 
 
+def _placed(fabric: Fabric, record: JobRecord) -> tuple[tuple[RankNic, ...], str]:
+    """The job's ranks on ``fabric``, or ``()`` and why they do not fit (a NIC gone or not
+    cabled after a wiring change): such a job is not planned, its bindings stay in force."""
+    found = placement_problems(fabric, record)
+    if found:
+        return (), "; ".join(f"{path}: {reason}" for path, reason in found[:3])
+    try:
+        return job_ranks(fabric, placement_spec(record)), ""
+    except JobError as exc:
+        return (), str(exc)
+
+
 @dataclass
 class JobEntry:
     """One registered job as the controller holds it."""
@@ -242,10 +254,9 @@ class ControllerState:
         self.unplaced: dict[str, str] = {}
         """Per job whose NICs the fabric in force lacks, why (set by :meth:`swap_fabric`)."""
         for job_id, record in stored.jobs.items():
-            try:
-                ranks = job_ranks(fabric, placement_spec(record))
-            except JobError as exc:  # a NIC gone while we were down: bindings kept, issues
-                self.unplaced[job_id], ranks = str(exc), ()
+            ranks, why = _placed(fabric, record)
+            if why:  # a NIC gone while we were down: bindings kept, binding issues
+                self.unplaced[job_id] = why
             entry = JobEntry(record, ranks)
             entry.communicators = dict(stored.intents.get(job_id, {}))
             entry.planned_revision = min(planned.get(job_id, 0), record.revision)
@@ -486,14 +497,11 @@ class ControllerState:
                     self._index(job_id, h, +1)
             self.unplaced = {}
             for job_id, entry in self.jobs.items():
-                found = placement_problems(new, entry.record)
-                if found:  # a NIC is gone: the step reports the job's QPs as binding issues
-                    self.unplaced[job_id] = "; ".join(f"{p}: {r}" for p, r in found[:3])
-                    continue
-                try:
-                    entry.ranks = job_ranks(new, placement_spec(entry.record))
-                except JobError as exc:
-                    self.unplaced[job_id] = str(exc)
+                ranks, why = _placed(new, entry.record)
+                if why:  # a NIC is gone: the step reports the job's QPs as binding issues
+                    self.unplaced[job_id] = why
+                else:
+                    entry.ranks = ranks
             self.bump()
             return rewiring
 
