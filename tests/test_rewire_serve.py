@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fixtures_fabric_emulator import FAST, serve_gnmi
-from rewire_cases import FULL, START, moved
+from rewire_cases import FULL, START, link_between, moved
 from service_cases import clients, links_of, wait_until
 from test_serve_discovery import config_with
 
@@ -100,5 +100,54 @@ def test_a_cable_moved_while_serving_rebinds_only_the_job_on_it(tmp_path: Path) 
                     )
                 assert held == sorted(after[job].values())
             assert runtime.state.epoch == epoch  # the start-up step found nothing to do
+        finally:
+            service.stop()
+
+
+def test_a_spine_link_added_while_serving_is_used_by_the_next_plan(tmp_path: Path) -> None:
+    hints = tmp_path / "declared.json"
+    save_fabric(FULL, hints)
+    with serve_gnmi(START) as (emu, servers):
+        targets = tmp_path / "targets.yaml"
+        save_model(servers.targets_file(sample_interval_s=0.2, timeouts=FAST), targets)
+        fabric = {
+            "source": "gnmi",
+            "targets": str(targets),
+            "declared": str(hints),
+            "rediscover_s": 0.2,
+        }
+        service = EmbeddedService(config_with(tmp_path, fabric))
+        service.start()
+        try:
+            runtime = service.runtime
+            assert runtime is not None and runtime.fleet is not None
+            assert runtime.fleet.wait_streaming(30)
+            with clients(service.address) as (flow, admin):
+                a = flow.register_job("a", hosts=["h0000", "h0001"])
+                ra = a.submit([communicator("dp", qps_per_connection=2)])
+                wa = a.watch()
+                try:
+                    assert wa.wait_revision(ra.revision, 30)
+                    emu.rewire(FULL)  # a new cable: leaf-00 -- spine-02
+                    assert wait_until(
+                        lambda: compare_fabrics(FULL, runtime.state.fabric, statuses=False).clean,
+                        30,
+                    )
+                    assert wait_until(
+                        lambda: any("1 link(s) added" in d.reason for d in admin.decisions(10)), 30
+                    )
+                    for spine in ("spine-00", "spine-01"):  # only the new cable leaves leaf-00
+                        admin.drain(link_between(FULL, "leaf-00", spine).id, "test")
+                    new_hop = frozenset({"leaf-00", "spine-02"})
+                    assert wa.wait(
+                        lambda m: all(
+                            new_hop in links_of(x.path)
+                            for x in m.snapshot().values()
+                            if len(x.path) > 3
+                        ),
+                        30,
+                    ), _bindings(wa)
+                finally:
+                    wa.stop()
         finally:
             service.stop()
