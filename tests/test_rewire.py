@@ -32,6 +32,9 @@ from c4p.controller.rewire import touched_jobs, wiring_digest
 from c4p.store import SqliteStore
 from c4p.store.base import HeldBinding
 from southbound.bindings import IssueKind
+from southbound.pathtable import PathTable
+from southbound.probeplan import ProbePlanner
+from southbound.probing import ModeledProber
 from southbound.routes import QpKey
 from topology.model import Fabric
 
@@ -217,3 +220,38 @@ def test_which_jobs_a_change_touches() -> None:
     assert wiring_digest(replugged) != wiring_digest(START)
     reordered = START.model_copy(update={"links": tuple(reversed(START.links))})
     assert wiring_digest(reordered) == wiring_digest(START)
+
+
+def test_a_learned_table_is_carried_across_and_only_what_changed_is_probed_again() -> None:
+    """A path table learned on START, re-cabled to moved(): the pair far from leaf-00 keeps
+    every entry as it was; the pair on leaf-00 loses the entries on the gone cable and its
+    others go stale; re-probing costs fewer traces than learning anew and ends where a table
+    learned anew on the new fabric is (the modeled prober answers from the new cabling)."""
+    new = moved()
+    names = [("h0000:nic0p0", "h0001:nic0p0"), ("h0002:nic0p0", "h0003:nic0p0")]
+    old_pairs = [(START.index.node(a), START.index.node(b)) for a, b in names]
+    new_pairs = [(new.index.node(a), new.index.node(b)) for a, b in names]
+    table = PathTable(START, "pair")
+    ProbePlanner(table, ModeledProber(START)).cover(old_pairs)
+    before = {k: dict(table.entries(k)) for k in old_pairs}
+    moved_table, invalidation = table.rewire(new)
+    near, far = new_pairs
+    assert invalidation.keys == (near,)
+    assert {s: e.middle for s, e in moved_table.entries(far).items()} == {
+        s: new.index.path_resources(START.index.path_nodes(e.middle))
+        for s, e in before[old_pairs[1]].items()
+    }
+    assert not any(e.stale for e in moved_table.entries(far).values())
+    assert len(moved_table.entries(near)) < len(before[old_pairs[0]])
+    report = ProbePlanner(moved_table, ModeledProber(new)).reprobe(invalidation)
+    fresh = PathTable(new, "pair")
+    anew = ProbePlanner(fresh, ModeledProber(new)).cover(new_pairs)
+    assert 0 < report.traces < anew.traces
+    for key in new_pairs:
+        entries = moved_table.entries(key)
+        assert entries and not any(e.stale for e in entries.values())
+        assert {e.middle for e in entries.values()} == set(moved_table.middles(key))
+        assert moved_table.middles(key) == fresh.middles(key)
+        for sport, entry in entries.items():
+            known = fresh.entries(key).get(sport)
+            assert known is None or known.middle == entry.middle

@@ -141,10 +141,11 @@ class PortLearner:
             return PredictedPorts(snapshot)
         with self.lock:
             if self.table.fabric is not snapshot and not same_topology(self.table.fabric, snapshot):
-                # Re-wired (a snapshot swapped in): a table keyed by the old link numbers
-                # cannot be moved; start anew, and the planned paths are probed again.
-                self.table = PathTable(snapshot, self.settings.scope)
-                self._wants = ProbeWants()
+                # Re-wired (a snapshot swapped in): entries are carried across by names,
+                # those whose ECMP groups changed are stale and re-probed, exactly as for a
+                # link event; wants and findings in the old node numbering are dropped.
+                self.table, invalidation = self.table.rewire(snapshot)
+                self._wants = ProbeWants(invalidations=[invalidation])
                 self._pending.clear()
                 self._findings.clear()
                 self._pair_findings.clear()
