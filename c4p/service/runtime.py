@@ -27,8 +27,10 @@ With ``fabric.source: gnmi | snmp`` the runtime uses it itself: before the store
 :class:`southbound.fleet.Fleet` over the targets file discovers the fabric once (refusing to
 start if no target answers); the state is built on that fabric; :meth:`ServiceRuntime.start`
 starts the fleet's subscriptions and follows its events; :meth:`ServiceRuntime.stop` stops the
-fleet first. Link status changes are followed; wiring changes (a new or moved cable) are not
-folded into a running controller yet: they need a restart.
+fleet first. Link status changes are followed; a wiring change (a cable moved or added, a port
+re-speeded) found by periodic re-discovery is offered to the controller
+(:meth:`ControllerState.offer_fabric`), which swaps the snapshot in at its next step and
+re-plans only the jobs it touches (:mod:`c4p.controller.rewire`).
 """
 
 from __future__ import annotations
@@ -388,6 +390,7 @@ class ServiceRuntime:
                 observe_link=self.loop.observe_link,
                 enqueue=self.loop.enqueue_threadsafe,
                 clock=self.clock,
+                offer=self.state.offer_fabric,
             )
             self.fleet.start()
             self.follow_link_events(self._fleet_events.get)
