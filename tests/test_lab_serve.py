@@ -88,6 +88,7 @@ def _job(
             yield watch, measured(served.lab, helpers, {job: watch.mirror})
         finally:
             watch.stop()
+            handle.release()  # its NICs are free for the next test's job
 
 
 def test_learned_bindings_are_realized_exactly_through_serve_and_agents(
