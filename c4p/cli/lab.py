@@ -159,14 +159,18 @@ def lab_demo(
     signal.signal(signal.SIGTERM, interrupted)
     modes = ["static", "bgp"] if routing == "both" else [routing]
     results = []
-    for mode in modes:
-        results.append(
-            guarded(
-                lambda m=mode: run_demo(  # type: ignore[misc]
-                    load_fabric(fabric) if fabric else None, routing=m, qps=qps
+    try:
+        for mode in modes:
+            results.append(
+                guarded(
+                    lambda m=mode: run_demo(  # type: ignore[misc]
+                        load_fabric(fabric) if fabric else None, routing=m, qps=qps
+                    )
                 )
             )
-        )
+    except KeyboardInterrupt:
+        console.print("interrupted: the lab, its agents and the controller were torn down")
+        raise typer.Exit(130) from None
 
     def show() -> None:
         for result in results:
