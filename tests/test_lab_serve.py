@@ -112,7 +112,7 @@ def test_a_real_agent_refuses_probes_outside_its_addresses(served: ServedLab) ->
         Probe(mine, ipaddress.IPv4Address("198.19.254.1"), 0xC003, first_ttl=1, max_ttl=1),
     ]
     hub = served.runtime.agents
-    assert served.service is not None
+    assert hub is not None and served.service is not None
     results = served.service.call(hub._request(host, probes), 60)
     assert results is not None
     assert {r.index: r.reason for r in results.refused} == {

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from c4p.api.v1 import intents_pb2 as pb
 from c4p.client import AdminClient, FlowIntentClient, communicator
 from c4p.client.mirror import BindingMirror
 from c4p.client.sync import BindingWatch
@@ -36,14 +37,15 @@ from c4p.lab.hosts import Helpers
 from c4p.lab.traffic import Measurement, measure
 from c4p.serve import ServeConfig, check
 from c4p.service.embedded import EmbeddedService, embedded_config
+from c4p.service.runtime import ServiceRuntime
 from southbound.bindings import Binding, BindingSet, SynthesisMode
 from southbound.routes import QpRoute
 from topology.compare import compare_fabrics
 
 AGENT_TOKEN = "lab-agent-token-0123456789"
 """Agents and controller both run here and the socket is in the lab's private folder."""
-UNBOUND = 2
-"""``BindingIssue.Kind`` UNBOUND: a QP the controller could not bind (yet)."""
+UNBOUND = pb.BindingIssue.Kind.KIND_UNBOUND
+"""A QP the controller could not bind (yet): not settled while any is left."""
 
 
 class LabServeError(C4pError):
@@ -225,7 +227,7 @@ class ServedLab:
     # -- using it -------------------------------------------------------------------------------
 
     @property
-    def runtime(self) -> Any:
+    def runtime(self) -> ServiceRuntime:
         assert self.service is not None and self.service.runtime is not None
         return self.service.runtime
 
