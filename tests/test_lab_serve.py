@@ -182,6 +182,7 @@ def _link_failure(served: ServedLab, helpers: Helpers, job: str) -> None:
             # Nothing tells the service but its gNMI streams from the switches' kernels.
             assert watch.wait(rebound_off(served, epoch, a, b), SETTLE_S)
             assert not uses_link(watch.mirror, a, b)
+            assert any(f"{a}--{b}" in r or f"{b}--{a}" in r for r in served.reasons())
             _realized(measured(served.lab, helpers, {job: watch.mirror}))
         finally:
             served.lab.set_link(number, up=True)

@@ -207,6 +207,7 @@ def run_demo(
                         lost - lost0,
                         time.monotonic() - t0,
                         failed_link=f"{a}--{b}",
+                        heard_as=[r for r in served.reasons() if "link" in r][:3],
                         seconds_to_rebound=round(rebound_seconds, 3),
                         black_holes=sum("black hole" in f for f in served.findings()),
                         **per_qp_and_link(lab, m),

@@ -259,10 +259,17 @@ class ServedLab:
 
     def findings(self) -> list[str]:
         """The probe findings of the decision log (mismatches re-bound, black holes)."""
+        return [f for d in self._decisions() for f in d.probe_findings]
+
+    def reasons(self) -> list[str]:
+        """Why the controller re-planned, newest first (a link event names its link)."""
+        return [d.reason for d in self._decisions()]
+
+    def _decisions(self) -> list[Any]:
         assert self.service is not None
         admin = AdminClient(self.endpoint, self.service.admin_token)
         try:
-            return [f for d in admin.decisions(200) for f in d.probe_findings]
+            return list(admin.decisions(200))
         finally:
             admin.close()
 
