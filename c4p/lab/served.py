@@ -189,7 +189,7 @@ class ServedLab:
             log.close()
         self.wait_agents()
 
-    def wait_agents(self, seconds: float = 60.0) -> None:
+    def wait_agents(self, seconds: float = 120.0) -> None:
         runtime = self.runtime
         assert runtime.agents is not None
         want = set(self.agents)
@@ -198,10 +198,16 @@ class ServedLab:
         ):
             dead = {h: p.returncode for h, p in self.agents.items() if p.poll() is not None}
             missing = sorted(want - runtime.agents.hosts())
+            logs = {h: self._log_tail(h) for h in missing[:2]}
             raise LabServeError(
-                f"agents: {missing} not connected within {seconds:.0f} s (exited: {dead}; logs "
-                f"in {self.lab.workdir})"
+                f"agents: {missing} not connected within {seconds:.0f} s (exited: {dead}; "
+                f"last log lines: {logs})"
             )
+
+    def _log_tail(self, host: str, lines: int = 3) -> list[str]:
+        path = self.lab.workdir / f"agent-{host}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return text.splitlines()[-lines:]
 
     def stop_service(self) -> None:
         if self.service is not None:
