@@ -190,6 +190,7 @@ def _link_failure(served: ServedLab, helpers: Helpers, job: str) -> None:
         try:
             # Nothing tells the service but its gNMI streams from the switches' kernels.
             assert watch.wait(rebound_off(served, epoch, a, b), SETTLE_S)
+            served.lab.wait_routes()  # BGP: the far leaf's groups lost the link too
             assert not uses_link(watch.mirror, a, b)
             link = served.lab.fabric.links[number].id  # heard by gNMI, named in the decision log
             assert any(link in r for r in served.reasons()), served.reasons()[:3]

@@ -125,6 +125,11 @@ class ServedLab:
         }
         overrides: dict[str, Any] = {
             "listen": {"address": self.endpoint, "grace_s": 0.2},
+            # The controller has no signal that routing has converged after a link event; it
+            # re-probes after this quiet time. With the default 0.05 s a re-probe raced FRR's
+            # withdrawal from the far leaf's ECMP group (once in five runs under load): the
+            # paths learned then were not the paths after convergence.
+            "controller": {"debounce_s": 0.5, "max_delay_s": 2.0},
             "ports": {"mode": mode},
             "agents": {"credentials": [{"hosts": hosts, "token": {"value": AGENT_TOKEN}}]},
         }
