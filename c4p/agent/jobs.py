@@ -29,8 +29,8 @@ from c4p.agent.local_config import BindingsAgentConfig
 from c4p.agent.wire import BindingSet, Code, Kind, LocalBinding, QpKey, WireError
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
-from c4p.client.sync import Backoff
 from c4p.client.wire import FLOW, ApiError, auth, secure_aio_channel
+from topology.backoff import Backoff
 
 log = logging.getLogger("c4p.agent.jobs")
 

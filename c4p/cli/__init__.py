@@ -10,8 +10,11 @@ the offline commands start fast.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from c4p.cli.admin import admin_app
 from c4p.cli.agent import agent_cmd
 from c4p.cli.bench import bench_cmd
 from c4p.cli.discover import fabric_discover
@@ -27,13 +30,41 @@ from c4p.cli.serve import serve
 app = typer.Typer(
     name="c4p",
     help="Traffic engineering for RoCE fabrics: plan collision-free paths for collective flows.",
+    epilog="Exit codes: 0 ok; 1 a finding (drift, an unanswered target, a failed check); "
+    "2 bad input or a refusal to start.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(show: bool) -> None:
+    if show:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"c4p {version('c4p')}")
+        except PackageNotFoundError:  # pragma: no cover - run from a checkout, not installed
+            typer.echo("c4p (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print c4p's version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Traffic engineering for RoCE fabrics: plan collision-free paths for collective flows."""
+
+
 app.add_typer(fabric_app, name="fabric")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(lab_app, name="lab")
+app.add_typer(admin_app, name="admin")
 fabric_app.command("discover")(fabric_discover)
 fabric_app.command("emulate")(fabric_emulate)
 app.command("serve")(serve)
