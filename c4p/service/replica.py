@@ -45,7 +45,7 @@ from c4p.controller.triggers import Key, KeyKind
 from c4p.files import load_fabric
 from c4p.serve import ServeConfig, split_address
 from c4p.service import admin, flow_intent
-from c4p.service.runtime import ServiceRuntime, server_credentials
+from c4p.service.runtime import STORE_HEALTH, ServiceRuntime, server_credentials
 from c4p.store.base import StoreError
 from c4p.store.election import Election, LeaderInfo
 from c4p.store.etcd import EtcdStore, Fence
@@ -56,7 +56,6 @@ log = logging.getLogger("c4p.replica")
 
 LEADER_METADATA = "c4p-leader"
 """Trailing metadata of a follower's refusal: ``host:port`` of the leader (absent: none yet)."""
-STORE_HEALTH = "c4p.store"
 """Health service name that is ``SERVING`` while the store takes writes."""
 
 

@@ -108,6 +108,10 @@ def _check_free(host: str, port: int, key: str, address: str) -> None:
             raise C4pError(f"{key} {address}: cannot listen: {exc.strerror or exc}") from None
 
 
+STORE_HEALTH = "c4p.store"
+"""The health service name that says whether the store takes writes."""
+
+
 class ServiceRuntime:
     """One running controller service (see the module docstring)."""
 
@@ -263,10 +267,16 @@ class ServiceRuntime:
         self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
 
     def _set_health(self, status: Any) -> None:
+        """The overall health ("") and the store's (``c4p.store``) follow the store. The
+        services' own names stay SERVING: their streams keep serving the bindings in force
+        (fail-static), and the same rule holds for an etcd replica that lost its quorum."""
         if self._health_status == status or self._stopping.is_set() or self.server is None:
             return
         self._health_status = status
-        for name in ("", flow_intent.SERVICE, admin.SERVICE):
+        self.metrics.store_writable.set(
+            1 if status == health_pb2.HealthCheckResponse.SERVING else 0
+        )
+        for name in ("", STORE_HEALTH):
             asyncio.ensure_future(self.health.set(name, status))
 
     def _after_step(self, outcome: StepOutcome) -> None:
@@ -395,7 +405,7 @@ class ServiceRuntime:
             self.fleet.start()
             self.follow_link_events(self._fleet_events.get)
             self._start_rediscovery(cfg.fabric.rediscover_s)
-        for name in ("", *names[:2]):  # last: SERVING only once everything is up
+        for name in ("", *names[:2], STORE_HEALTH):  # last: SERVING once everything is up
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._health_status = health_pb2.HealthCheckResponse.SERVING
         log.info(
