@@ -24,7 +24,7 @@ import ipaddress
 import logging
 import random
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import metadata
@@ -33,6 +33,7 @@ from typing import Protocol
 import grpc
 
 from c4p.agent.config import AgentConfig
+from c4p.agent.dial import channel_for, next_endpoint
 from c4p.agent.executor import ProbeExecutor, ProberFactory, SessionTerms
 from c4p.api.v1 import agent_pb2 as pb
 
@@ -85,26 +86,6 @@ class SessionStatus:
     history: list[SessionState] = field(default_factory=list)
 
 
-def channel_for(config: AgentConfig, endpoint: str) -> grpc.aio.Channel:
-    """A channel to one endpoint (``unix:/path`` or ``host:port``) with the configured TLS."""
-    options: list[tuple[str, str | int]] = [
-        ("grpc.keepalive_time_ms", 10_000),
-        ("grpc.keepalive_timeout_ms", 5_000),
-    ]
-    tls = config.tls
-    if tls.mode == "plaintext":
-        return grpc.aio.insecure_channel(endpoint, options=options)
-    assert tls.ca_file is not None
-    key = cert = None
-    if tls.mode == "mtls":
-        assert tls.key_file is not None and tls.cert_file is not None
-        key, cert = tls.key_file.read_bytes(), tls.cert_file.read_bytes()
-    credentials = grpc.ssl_channel_credentials(tls.ca_file.read_bytes(), key, cert)
-    if tls.server_name:
-        options.append(("grpc.ssl_target_name_override", tls.server_name))
-    return grpc.aio.secure_channel(endpoint, credentials, options=options)
-
-
 class ControllerSession:
     """The probe session with the controller (see the module docstring)."""
 
@@ -116,7 +97,7 @@ class ControllerSession:
         self.config = config
         self.executor = executor
         self.status = SessionStatus()
-        self._token = config.token.resolve()
+        self._token = "" if config.token is None else config.token.resolve()
         self._random = random.Random(seed)
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -159,10 +140,9 @@ class ControllerSession:
 
     async def _run(self) -> None:
         failures = 0
-        endpoints = self.config.controllers
         settings = self.config.reconnect
         while not self._stopping:
-            endpoint = endpoints[self.status.attempts % len(endpoints)]
+            endpoint = next_endpoint(self.config, self.status.attempts)
             self.status.attempts += 1
             self.status.endpoint = endpoint
             self._set(SessionState.CONNECTING)
@@ -253,7 +233,12 @@ class ControllerSession:
 
 
 class AgentDaemon:
-    """The agent process: components in order, the session among them; stops on a signal."""
+    """The agent process: components in order, the session among them; stops on a signal.
+
+    The probe session is a component only when the config lists ``ports``: a bindings-only
+    agent (no raw sockets on its host, or no probing at this site) never dials
+    ``AgentService`` and needs no agent credential.
+    """
 
     def __init__(
         self,
@@ -266,7 +251,8 @@ class AgentDaemon:
         self.config = config
         self.executor = ProbeExecutor(config, prober_factory)
         self.session = ControllerSession(config, self.executor, seed=seed)
-        self.components: list[Component] = [self.session, *components]
+        probing: list[Component] = [self.session] if config.ports else []
+        self.components: list[Component] = [*probing, *components]
         self._started: list[Component] = []
 
     async def start(self) -> None:
@@ -282,15 +268,25 @@ class AgentDaemon:
             except Exception:
                 log.exception("component stop failed", extra={"component": component.name})
 
-    async def run_until_signal(self) -> None:
-        """``c4p agent``: start, wait for SIGINT/SIGTERM, stop (also when start fails)."""
+    async def run_until_signal(self, ready: Callable[[], None] | None = None) -> None:
+        """``c4p agent``: start, call ``ready``, wait for SIGINT/SIGTERM, stop (also when
+        start fails)."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         try:
             await self.start()
-            log.info("agent started", extra={"event": "started", "host": self.config.host})
+            log.info(
+                "agent started",
+                extra={
+                    "event": "started",
+                    "host": self.config.host,
+                    "components": [c.name for c in self.components],
+                },
+            )
+            if ready is not None:
+                ready()
             await stop.wait()
         finally:
             await self.stop()
