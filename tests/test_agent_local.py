@@ -126,6 +126,14 @@ def test_a_bad_bindings_section_is_refused_naming_the_field(tmp_path: Path) -> N
     assert "nothing to do" in _refusal(tmp_path, base)
 
 
+def test_the_shipped_agent_config_has_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("C4P_AGENT_TOKEN", "shipped-config-token-0123")
+    shipped = load_agent_config(
+        Path(__file__).resolve().parents[1] / "configs" / "agent.yaml", os_check=False
+    )
+    assert shipped.ports and shipped.bindings is not None
+
+
 def test_the_config_sides(tmp_path: Path) -> None:
     """Bindings only: no ports, no agent token. Ports: a token. Relative paths: the file's."""
     only = AgentConfig.model_validate({"host": "h0", "controllers": ["unix:/c"], "bindings": {}})

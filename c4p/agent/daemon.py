@@ -1,10 +1,12 @@
 """The agent process: its components, its session with the controller, signals, reconnects.
 
 Why components: the agent does two jobs on a GPU host, probing for the controller (here) and
-handing the host's ranks their bindings over a Unix socket (the binding side, its own modules).
-The daemon runs a list of :class:`Component` s, started in order and stopped in reverse, so the
-binding side plugs in without touching the session code; the probe session is itself a
-component (:class:`ControllerSession`).
+handing the host's ranks their bindings over a Unix socket (the binding side,
+:class:`c4p.agent.local.BindingsSide`, which ``c4p agent`` adds when the config has a
+``bindings:`` section). The daemon runs a list of :class:`Component` s, started in order and
+stopped in reverse, so the binding side plugs in without touching the session code; the probe
+session is itself a component (:class:`ControllerSession`), present when the config lists
+``ports``.
 
 The session (``AgentService.Connect``, see ``proto/c4p/v1/agent.proto``): the agent dials the
 first controller endpoint, sends ``hello`` (host, ports, its own rate), and waits for
