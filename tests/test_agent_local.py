@@ -363,3 +363,41 @@ def _welcome_for(sock: Path, job_id: str, token: str) -> wire.Message:
         s.sendall(wire.encode(wire.Hello(job_id, token)))
         header = wire.parse_header(s.recv(wire.HEADER.size, socket.MSG_WAITALL))
         return wire.decode(header, s.recv(header.length, socket.MSG_WAITALL))
+
+
+def test_binding_streams_try_the_controllers_in_order(tmp_path: Path) -> None:
+    """A bindings-only agent whose first endpoint is dead: a rank's HELLO still gets the job's
+    bindings, through the second endpoint (the order the probe session uses too)."""
+    from c4p.client import FlowIntentClient, communicator
+
+    fabric = spread_fabric()
+    names = hosts(fabric)
+    short = Path(tempfile.mkdtemp(prefix=f"c4p-ao-{os.getpid()}-"))
+    try:
+        live = f"unix:{short}/live.sock"
+        listen = {"address": live, "grace_s": 0.5}
+        with serving(fabric, tmp_path / "svc", listen=listen), FlowIntentClient(live) as flow:
+            job = flow.register_job("order", hosts=[names[0], names[1]])
+            reply = job.submit([communicator("dp")])
+            config = tmp_path / "agent.yaml"
+            config.write_text(
+                yaml.safe_dump(
+                    {
+                        "host": names[0],
+                        "controllers": [f"unix:{short}/dead.sock", live],
+                        "bindings": {"socket": {"path": str(short / "a.sock")}},
+                    }
+                )
+            )
+            with agent(config):
+                assert (tmp_path / "agent.ready").read_text().split() == ["bindings"]
+
+                def welcomed() -> bool:
+                    answer = _welcome_for(short / "a.sock", "order", job.token)
+                    assert isinstance(answer, wire.Welcome), answer
+                    return answer.known and answer.body.epoch >= 1
+
+                assert wait_until(welcomed, 60)
+            assert reply.revision >= 1
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
