@@ -45,8 +45,8 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from c4p.agent.local_config import BindingsSection
+from c4p.endpoints import Secret, split_address
 from c4p.files import load_model
-from c4p.serve import Secret, split_address
 from topology.errors import FabricFileError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

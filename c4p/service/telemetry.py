@@ -22,12 +22,12 @@ import sys
 from collections import Counter as Tally
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from c4p.controller.triggers import KeyKind
-from c4p.store.base import DecisionRecord, DecisionResult
+if TYPE_CHECKING:  # the host agent logs through here too and must not load the controller
+    from c4p.store.base import DecisionRecord
 
 
 class Metrics:
@@ -74,6 +74,9 @@ class Metrics:
         )  # fmt: skip
 
     def record_plan(self, decision: DecisionRecord) -> None:
+        from c4p.controller.triggers import KeyKind
+        from c4p.store.base import DecisionResult
+
         kinds = sorted({t.split(" ", 1)[0] for t in decision.triggers}) or [KeyKind.STARTUP.value]
         self.plans.labels(reason="+".join(kinds), result=decision.result.value).inc()
         if decision.result is DecisionResult.PLANNED:
