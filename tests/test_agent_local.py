@@ -401,3 +401,24 @@ def test_binding_streams_try_the_controllers_in_order(tmp_path: Path) -> None:
             assert reply.revision >= 1
     finally:
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_the_agent_process_does_not_load_the_planner(tmp_path: Path) -> None:
+    """``c4p agent`` runs on every GPU host: it must not import OR-Tools or pandas (the
+    planner's; most of a process's memory). Checked in a fresh interpreter that runs the
+    console entry point up to a validated config."""
+    import subprocess
+    import sys
+
+    config, _ = agent_config(tmp_path, "h0", "127.0.0.1:1")
+    probe = (
+        "import sys\n"
+        f"sys.argv = ['c4p', 'agent', '-c', {str(config)!r}, '--check']\n"
+        "from c4p.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "print(sorted(m for m in ('ortools', 'pandas', 'solver.cpsat') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
