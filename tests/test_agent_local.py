@@ -422,3 +422,20 @@ def test_the_agent_process_does_not_load_the_planner(tmp_path: Path) -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+
+
+def test_a_socket_that_cannot_be_made_is_a_clear_exit_2(tmp_path: Path) -> None:
+    """The socket's directory is a file: the agent stops at start with one line, exit 2."""
+    import subprocess
+
+    from libc4p_cases import AGENT
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    config, _ = agent_config(tmp_path, "h0", "127.0.0.1:1")
+    doc = yaml.safe_load(config.read_text())
+    doc["bindings"]["socket"]["path"] = str(blocker / "agent.sock")
+    config.write_text(yaml.safe_dump(doc))
+    done = subprocess.run([*AGENT, "-c", str(config)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "bindings: cannot start" in done.stderr and "Traceback" not in done.stderr
