@@ -337,7 +337,10 @@ def markdown(rows: Sequence[Row], command: str, seconds: float) -> str:
         "crossed* compares the flows it moved with those that crossed the failed link.\n\n"
         + head
         + "\n".join(lines)
-        + "\n\n![solve time and quality](benchmarks.png)\n"
+        + "\n\n![solve time and quality](benchmarks.png)\n\n"
+        "Failed and drained links, full plans and re-plans on 4,096 and 16,384 GPUs: the "
+        "failure ladder, [benchmarks-failures.md](benchmarks-failures.md) "
+        "(`c4p bench --failures`).\n"
     )
 
 

@@ -12,11 +12,9 @@ import os
 from pathlib import Path
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, SecretStr, model_validator
+from pydantic import SecretStr, model_validator
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from topology.base import Frozen
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -27,7 +25,7 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class Secret(_Strict):
+class Secret(Frozen):
     """A credential from exactly one of: an environment variable, a file, a literal."""
 
     env: str | None = None
@@ -44,7 +42,11 @@ class Secret(_Strict):
         if self.env is not None:
             text = os.environ.get(self.env, "")
             if not text:
-                raise ValueError(f"environment variable {self.env!r} is not set")
+                raise ValueError(
+                    f"environment variable {self.env!r} is not set; make a credential with: "
+                    f"export {self.env}=$(python3 -c 'import secrets; "
+                    "print(secrets.token_urlsafe(32))')"
+                )
         elif self.file is not None:
             text = self.file.read_text(encoding="utf-8").strip()
         else:

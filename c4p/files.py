@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,14 +34,44 @@ def read_text(path: Path) -> str:
         raise FabricFileError(str(path), [("", f"cannot read: {exc}")]) from None
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (``os.umask`` would, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
 def write_text(path: Path, text: str) -> None:
-    """Write atomically: a temporary file beside the target, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write atomically: a temporary file beside the target, then a rename. ``-`` is standard
+    output. The file gets the permissions any new file gets (0666 less the umask; an existing
+    file keeps its own), not the temporary file's 0600. A file that cannot be written is a
+    :class:`~topology.errors.FabricFileError` naming it."""
+    if str(path) == "-":
+        print(text, end="")
+        return
+    if path.is_dir():
+        raise FabricFileError(str(path), [("", "is a directory; give a file name")])
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        mode = 0o666 & ~_umask()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise FabricFileError(str(path), [("", f"cannot write: {exc.strerror or exc}")]) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), mode)
             handle.write(text)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise FabricFileError(str(path), [("", f"cannot write: {exc.strerror or exc}")]) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -64,8 +95,4 @@ def save_fabric(fabric: Fabric, path: Path) -> None:
 
 def write_json(data: Any, path: Path) -> None:
     """Machine-readable output of a command (``--json FILE``; ``-`` is standard output)."""
-    text = json.dumps(data, indent=1, default=str) + "\n"
-    if str(path) == "-":
-        print(text, end="")
-    else:
-        write_text(path, text)
+    write_text(path, json.dumps(data, indent=1, default=str) + "\n")

@@ -172,13 +172,14 @@ class PlanComparison:
 
 def plan_json(comparison: PlanComparison) -> dict[str, Any]:
     c4p, ecmp = comparison.c4p, comparison.ecmp
-    return {
+    out: dict[str, Any] = {
         "plan": c4p.summary(),
+        "units": UNITS,
         "max_link_utilization": {
             "ecmp": ecmp.max_link_utilization,
-            "greedy": comparison.greedy.objective.max_utilization,
-            "c4p": c4p.objective.max_utilization,
-            "lower_bound": c4p.bounds.best,
+            "greedy": comparison.greedy.rate_utilization,
+            "c4p": comparison.c4p_eval.max_link_utilization,
+            "lower_bound": c4p.rate_bound,
         },
         "jobs": [
             {
@@ -191,7 +192,26 @@ def plan_json(comparison: PlanComparison) -> dict[str, Any]:
             for e, p in zip(ecmp.jobs, comparison.c4p_eval.jobs, strict=True)
         ],
         "moved": list(c4p.moved),
+        "min_moves": c4p.min_moves,
     }
+    if c4p.weighted:
+        out["priority_weighted_utilization"] = {
+            "units": WEIGHTED_UNITS,
+            "greedy": comparison.greedy.objective.max_utilization,
+            "c4p": c4p.objective.max_utilization,
+            "lower_bound": c4p.bounds.best,
+        }
+    return out
+
+
+UNITS = (
+    "max_link_utilization: load of the busiest switch-to-switch link over its capacity, in NIC "
+    "line rates (1.00 = one full-rate flow), the same as `c4p evaluate`"
+)
+WEIGHTED_UNITS = (
+    "the planner's objective with job priorities: load counted as rate x priority, over "
+    "capacity (what c4p minimizes; its bounds are in these units)"
+)
 
 
 def print_plan(
@@ -216,12 +236,20 @@ def print_plan(
     for name in ("ecmp", "greedy", "c4p", "lower bound"):
         links.add_column(name, justify="right")
     links.add_row(
-        "max link utilization",
+        "max link utilization (NIC line rates)",
         f"{comparison.ecmp.max_link_utilization:.2f}",
-        f"{comparison.greedy.objective.max_utilization:.2f}",
-        f"{c4p.objective.max_utilization:.2f}",
-        f"{c4p.bounds.best:.2f}",
+        f"{comparison.greedy.rate_utilization:.2f}",
+        f"{comparison.c4p_eval.max_link_utilization:.2f}",
+        f"{c4p.rate_bound:.2f}",
     )
+    if c4p.weighted:
+        links.add_row(
+            "priority-weighted (rate x priority)",
+            "-",
+            f"{comparison.greedy.objective.max_utilization:.2f}",
+            f"{c4p.objective.max_utilization:.2f}",
+            f"{c4p.bounds.best:.2f}",
+        )
     console.print(links)
     methods = ", ".join(sorted({p.method for p in c4p.parts})) or "-"
     console.print(
@@ -230,6 +258,9 @@ def print_plan(
         highlight=False,
     )
     if replanned:
-        console.print(f"  flows moved from the previous plan: {len(c4p.moved)}", highlight=False)
+        least = "" if c4p.min_moves is None else f" (at least {c4p.min_moves} needed)"
+        console.print(
+            f"  flows moved from the previous plan: {len(c4p.moved)}{least}", highlight=False
+        )
     if c4p.unreachable:
         console.print(f"  unreachable flows: {len(c4p.unreachable)}", highlight=False)

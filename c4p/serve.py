@@ -20,11 +20,10 @@ targets file is read and checked here too, so a bad one stops ``c4p serve`` befo
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, Self
+from typing import Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from c4p.controller.intake import IntakeLimits
 from c4p.controller.learning import PortMode, PortsSettings
@@ -38,14 +37,15 @@ from c4p.files import load_model, read_text
 from c4p.service.access import RateSettings
 from c4p.store.sqlite import Synchronous
 from southbound.targets import DriverName, FabricSource, TargetsFile
+from topology.base import Frozen
 from topology.errors import FabricFileError
 from topology.formats import TextFormat, parse_data, problems_of
 
 LOOPBACK_NAMES = ("localhost",)
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Strict(Frozen):
+    """Every config section: unknown keys refused, immutable, finite numbers (topology.base)."""
 
 
 def is_unix(address: str) -> bool:
@@ -134,10 +134,22 @@ class TlsConfig(Strict):
         return self
 
 
+class RegistrationSecret(Secret):
+    """A launcher's credential for RegisterJob and the hosts it may place ranks on."""
+
+    hosts: tuple[str, ...] = Field(
+        default=("*",),
+        min_length=1,
+        description="Glob patterns of the hosts this credential may register ranks on.",
+    )
+
+
 class AuthConfig(Strict):
     admin: list[Secret] = Field(default_factory=list, description="Admin credentials.")
-    registration: list[Secret] = Field(
-        default_factory=list, description="Credentials for RegisterJob (none: open)."
+    registration: list[RegistrationSecret] = Field(
+        default_factory=list,
+        description="Credentials for RegisterJob, each with its hosts (none: open, which is "
+        "allowed on a loopback listener or behind mtls only).",
     )
     admin_client_names: tuple[str, ...] = Field(
         default=(), description="With mtls: admin calls also need one of these certificate CNs."
@@ -187,6 +199,10 @@ class LimitsConfig(Strict):
 class MetricsConfig(Strict):
     address: str | None = Field(
         default="127.0.0.1:9464", description="host:port of /metrics (null: off)."
+    )
+    allow_remote: bool = Field(
+        default=False,
+        description="Serve /metrics (plain HTTP, no authentication) on a non-loopback address.",
     )
 
     @model_validator(mode="after")
@@ -246,31 +262,45 @@ class ServeConfig(Strict):
             )
         if self.auth.admin_client_names and self.tls.mode != "mtls":
             raise ValueError("auth.admin_client_names needs tls.mode mtls")
+        if not is_loopback(host) and self.tls.mode != "mtls" and not self.auth.registration:
+            raise ValueError(
+                f"listen.address {host!r} is not loopback: RegisterJob would be open to anyone "
+                "who reaches it (and could claim every free NIC); give auth.registration "
+                "credentials (with the hosts each may register) or use tls.mode mtls"
+            )
+        if self.metrics.address and not self.metrics.allow_remote:
+            m_host, _ = split_address(self.metrics.address)
+            if not is_loopback(m_host):
+                raise ValueError(
+                    f"metrics.address {self.metrics.address!r} is not loopback: /metrics is "
+                    "plain HTTP without authentication; bind it to loopback (and scrape "
+                    "through a proxy) or set metrics.allow_remote: true"
+                )
         return self
 
     def relative_to(self, base: Path) -> ServeConfig:
         """Relative paths resolved against ``base`` (the config file's directory)."""
 
         def fix(p: Path | None) -> Path | None:
-            return None if p is None or p.is_absolute() else base / p
+            """Absolute and absent paths stay as they are (an absolute ``store.path`` was
+            once turned into ``None``, a file named "None" in the working directory)."""
+            return p if p is None or p.is_absolute() else base / p
 
-        def secrets(items: list[Secret]) -> list[Secret]:
-            return [s.model_copy(update={"file": fix(s.file) or s.file}) for s in items]
+        def secrets(items: list[S]) -> list[S]:
+            return [s.model_copy(update={"file": fix(s.file)}) for s in items]
 
         tls = self.tls
         return self.model_copy(
             update={
                 "fabric": self.fabric.model_copy(
                     update={
-                        k: fix(getattr(self.fabric, k)) or getattr(self.fabric, k)
-                        for k in ("path", "targets", "declared")
+                        k: fix(getattr(self.fabric, k)) for k in ("path", "targets", "declared")
                     }
                 ),
                 "store": self.store.model_copy(update={"path": fix(self.store.path)}),
                 "tls": tls.model_copy(
                     update={
-                        k: fix(getattr(tls, k)) or getattr(tls, k)
-                        for k in ("cert_file", "key_file", "client_ca_file")
+                        k: fix(getattr(tls, k)) for k in ("cert_file", "key_file", "client_ca_file")
                     }
                 ),
                 "auth": self.auth.model_copy(
@@ -318,8 +348,12 @@ class ServeConfig(Strict):
     def admin_tokens(self) -> list[str]:
         return [s.resolve() for s in self.auth.admin]
 
-    def register_tokens(self) -> list[str]:
-        return [s.resolve() for s in self.auth.registration]
+    def register_tokens(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Each registration credential with the host patterns it may register on."""
+        return [(s.resolve(), s.hosts) for s in self.auth.registration]
+
+
+S = TypeVar("S", bound=Secret)
 
 
 def check(config: ServeConfig, source: str = "<config>") -> ServeConfig:
@@ -334,12 +368,3 @@ def load_config(path: Path) -> ServeConfig:
     """Read, validate and check a config file (see the module docstring)."""
     config = load_model(ServeConfig, path).relative_to(path.resolve().parent)
     return check(config, str(path))
-
-
-def run(config: ServeConfig, ready: Callable[[str], None] | None = None) -> None:
-    """Serve until SIGINT/SIGTERM; ``ready`` gets the bound address once serving."""
-    import asyncio
-
-    from c4p.service.runtime import serve_forever
-
-    asyncio.run(serve_forever(config, ready))

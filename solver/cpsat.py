@@ -5,7 +5,7 @@ candidates and load the same links), so the model has an integer ``x[g, k]`` = h
 group ``g`` take candidate ``k``, not a Boolean per flow and path; a ring's thousands of flows
 become a few hundred groups. Any integer solution hands back to flows exactly, group by group.
 
-Model (DESIGN.md §4), all in integers: ``sum_k x[g, k] = n_g``; for each resource ``r``,
+Model, all in integers: ``sum_k x[g, k] = n_g``; for each resource ``r``,
 ``K_r * sum w_g x[g, k] <= Z`` over the candidates crossing ``r``, where ``w_g`` and ``K_r`` are
 the weights and the ``reference / capacity`` scales made integral by common denominators, so
 ``Z * unit`` is exactly the max utilization (when weights or scales are not small rationals they

@@ -7,22 +7,25 @@ or a flow id such as ``train/ring/12/0``) and *why*, and says whether trying aga
 
 Hierarchy (``c4p.errors`` re-exports all of it beside the topology errors)::
 
-    SolverError                   anything the solver refuses (terminal unless noted)
-    ├── LocatedError              one or more (location, reason) problems in an input
-    │   ├── JobError              job intents that do not fit the fabric (or each other)
-    │   └── PlanError             a plan that does not fit the fabric or the jobs' flows
-    └── PlacementError            not enough free hosts for a job (retryable: hosts free up)
+    C4pError (topology.errors)    the root of every c4p error
+    └── SolverError               anything the solver refuses (terminal unless noted)
+        ├── LocatedError          one or more (location, reason) problems in an input
+        │   ├── JobError          job intents that do not fit the fabric (or each other)
+        │   └── PlanError         a plan that does not fit the fabric or the jobs' flows
+        └── PlacementError        not enough free hosts for a job (retryable: hosts free up)
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from topology.errors import C4pError
+
 MAX_SHOWN = 50
 """Problems listed in an error's message; the rest are counted (all stay in ``problems``)."""
 
 
-class SolverError(Exception):
+class SolverError(C4pError):
     """Base of every solver-layer error."""
 
     retryable = False

@@ -134,8 +134,12 @@ def _by_neighbours(adjacent: dict[int, set[int]]) -> list[tuple[frozenset[int], 
     return sorted(groups.items(), key=lambda kv: min(kv[1]))
 
 
-def analyse(fabric: Fabric) -> FatTreeShape | str:
-    """The fabric's fat-tree shape, or why it has none (see the module docstring)."""
+def analyse(fabric: Fabric, *, ignore_status: bool = False) -> FatTreeShape | str:
+    """The fabric's fat-tree shape, or why it has none (see the module docstring).
+
+    ``ignore_status`` reads the shape of the cabling with every link taken as up: the planner
+    colours the intact tree and then repairs around the links that are down or drained.
+    """
     index = fabric.index
     n, tier = index.num_switches, index.tier[: index.num_switches]
     if not (tier == 3).any():
@@ -147,7 +151,7 @@ def analyse(fabric: Fabric) -> FatTreeShape | str:
         a, b = int(index.res_src[2 * li]), int(index.res_dst[2 * li])
         if a >= n or b >= n:
             continue
-        if link.status is not LinkStatus.UP:
+        if link.status is not LinkStatus.UP and not ignore_status:
             return f"link {link.id} is {link.status.value}"
         low, high = (a, b) if tier[a] < tier[b] else (b, a)
         if tier[high] != tier[low] + 1 or high in above[low]:

@@ -7,7 +7,7 @@ them the same way — to place some flows of a sub-problem onto the loads the ot
 order of weight, heaviest first (ties keep flow order), each takes the candidate path that
 minimizes the largest utilization along it *after* adding the flow, ties broken by the sum of
 those utilizations, then by candidate order. It is deterministic (the seed plays no part) and
-known to be far from optimal on adversarial inputs (DESIGN.md §4 measured 1.5x), which is why
+known to be far from optimal on adversarial inputs (1.5x the optimum measured), which is why
 it is a hint and never the last word where something better applies.
 
 **Exact** (two tiers, equal weights): with every pair of a component able to use every spine of
@@ -27,7 +27,14 @@ from solver.coloring import assign_spines, assign_spines_stable
 from solver.problem import TOLERANCE, Problem
 from topology.index import FloatArray, IntArray
 
-__all__ = ["exact_reason", "exact_spines", "greedy_order", "place_exact", "place_greedy"]
+__all__ = [
+    "exact_reason",
+    "exact_spines",
+    "greedy_order",
+    "place_exact",
+    "place_greedy",
+    "spine_rows",
+]
 
 
 def greedy_order(problem: Problem, flows: IntArray) -> IntArray:
@@ -76,12 +83,13 @@ def place_greedy(problem: Problem, flows: IntArray, load: FloatArray) -> IntArra
 # -- exact colouring ------------------------------------------------------------------------
 
 
-def _spine_rows(problem: Problem, pairs: IntArray) -> tuple[IntArray, IntArray]:
+def spine_rows(problem: Problem, pairs: IntArray) -> tuple[IntArray, IntArray]:
     """Spines of the component (sorted) and ``rows[pair position, spine position] = k``."""
     index = problem.index
     counts = problem.num_candidates(pairs)
     starts = problem.offset[pairs]
-    all_rows = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)])
+    first = np.cumsum(counts) - counts
+    all_rows = np.arange(int(counts.sum())) + np.repeat(starts - first, counts)
     spine_of_row = index.res_dst[problem.table[all_rows, 0]]
     spines = np.unique(spine_of_row)
     local = np.searchsorted(spines, spine_of_row)
@@ -102,7 +110,7 @@ def exact_spines(problem: Problem, pairs: IntArray, flows: IntArray) -> IntArray
     if np.any(w != w[0]):
         return "flows have unequal weights (rate x priority)"
     counts = problem.num_candidates(pairs)
-    spines, _ = _spine_rows(problem, pairs)
+    spines, _ = spine_rows(problem, pairs)
     if np.any(counts != len(spines)):
         return "some leaf pairs cannot use every spine (failed, drained or missing links)"
     first = problem.offset[pairs]
@@ -131,7 +139,7 @@ def place_exact(
     """
     if not len(flows):
         return np.empty(0, dtype=np.int64)
-    spines, rows = _spine_rows(problem, pairs)
+    spines, rows = spine_rows(problem, pairs)
     local_pair = np.searchsorted(pairs, problem.pair[flows])
     leaves = problem.pair_leaves[problem.pair[flows]]
     if previous is None:

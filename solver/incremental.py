@@ -1,9 +1,9 @@
 """Re-planning against a previous plan: which flows may stay where they are.
 
-Why its own module: this is the "react" step of the C4P loop (DESIGN.md §1) — a link goes down
-or is drained, a job starts, stops or resizes — and the controller calls the planner with the
-plan it is running. Moving a live QP costs something (a new source port, a window of
-reordering), so the planner must know, per flow, whether its current path is still allowed.
+Why its own module: this is the "react" step of the C4P loop (docs/architecture.md) — a link goes
+down or is drained, a job starts, stops or resizes — and the controller calls the planner with the
+plan it is running. Moving a live QP costs something (a new source port, a window of reordering), so
+the planner must know, per flow, whether its current path is still allowed.
 
 A flow may stay when it is the *same flow* (same id, same source and destination NIC ports) and
 its previous path is still one of its equal-cost candidates on the new snapshot: every link
@@ -18,6 +18,7 @@ the new fabric lacks cannot be kept.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -85,6 +86,10 @@ def match_previous(
 ) -> Previous:
     """Match the previous plan's ``flows``/``paths`` (resources of ``fabric``) to ``problem``."""
     n = problem.num_flows
+    if (flows is problem.flows or tuple(flows) == problem.flows) and same_wiring(
+        fabric, problem.fabric
+    ):
+        return _match_aligned(problem, paths)
     choice = np.full(n, -1, dtype=np.int64)
     had = np.zeros(n, dtype=bool)
     before = {f.id: (f, p) for f, p in zip(flows, paths, strict=True) if p}
@@ -118,4 +123,30 @@ def match_previous(
     if cross:
         idx = np.asarray(cross, dtype=np.int64)
         choice[idx] = match_middles(problem, idx, np.asarray(middles, dtype=np.int64))
+    return Previous(choice, had)
+
+
+def _match_aligned(problem: Problem, paths: Sequence[Sequence[int]]) -> Previous:
+    """:func:`match_previous` when the previous plan has exactly these flows, in this order, on
+    a snapshot numbered alike (the controller's re-plan, a plan file of the same jobs): the
+    same answer, with arrays instead of a loop over flows."""
+    n = problem.num_flows
+    lengths = np.fromiter(map(len, paths), np.int64, count=n)
+    flat = np.fromiter(itertools.chain.from_iterable(paths), np.int64, count=int(lengths.sum()))
+    had = lengths > 0
+    starts = np.cumsum(lengths) - lengths
+    first = np.where(had, flat[np.minimum(starts, max(len(flat) - 1, 0))], -1) if n else starts
+    last = np.where(had, flat[np.maximum(starts + lengths - 1, 0)], -1) if len(flat) else first
+    ok = had & (lengths >= 2) & (first == problem.nic_up) & (last == problem.nic_down)
+    choice = np.full(n, -1, dtype=np.int64)
+    same = ok & (problem.pair == SAME_LEAF)
+    choice[same & (lengths == 2)] = 0
+    width = max(problem.table.shape[1], 1)
+    cross = np.flatnonzero(ok & (problem.pair >= 0) & (lengths - 2 <= width))
+    if cross.size:
+        cols = np.arange(width)
+        inside = cols[None, :] < (lengths[cross] - 2)[:, None]
+        at = np.where(inside, starts[cross, None] + 1 + cols[None, :], 0)
+        middles = np.where(inside, flat[at], problem.pad)
+        choice[cross] = match_middles(problem, cross, middles)
     return Previous(choice, had)

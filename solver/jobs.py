@@ -22,18 +22,19 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from solver.errors import JobError
+from topology.base import Frozen
 from topology.index import FabricIndex
 from topology.model import Fabric, Name
 
 MAX_QPS_PER_CONNECTION = 16
 MAX_CHANNELS = 64
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+MIN_RATE = 1e-3
+MAX_RATE = 1e3
+"""A flow's relative volume lies in [MIN_RATE, MAX_RATE]: the fair-share arithmetic compares
+rates, and a ratio beyond 1e6 (or a subnormal rate such as 5e-324) makes every plan fail."""
 
 
 class Pattern(StrEnum):
@@ -95,7 +96,7 @@ class ConnectionSpec(Frozen):
     src_rank: int = Field(ge=0)
     dst_rank: int = Field(ge=0)
     qps: int | None = Field(default=None, ge=1, le=MAX_QPS_PER_CONNECTION)
-    rate: float | None = Field(default=None, gt=0)
+    rate: float | None = Field(default=None, ge=MIN_RATE, le=MAX_RATE)
 
     @model_validator(mode="after")
     def _distinct(self) -> Self:
@@ -127,7 +128,12 @@ class CommunicatorSpec(Frozen):
     qps_per_connection: int = Field(
         default=1, ge=1, le=MAX_QPS_PER_CONNECTION, description="NCCL_IB_QPS_PER_CONNECTION."
     )
-    rate: float = Field(default=1.0, gt=0, description="Relative volume of each flow.")
+    rate: float = Field(
+        default=1.0,
+        ge=MIN_RATE,
+        le=MAX_RATE,
+        description=f"Relative volume of each flow, {MIN_RATE:g}..{MAX_RATE:g}.",
+    )
     connections: tuple[ConnectionSpec, ...] = Field(
         default=(), description="Explicit: the rank pairs."
     )

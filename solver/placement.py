@@ -24,7 +24,7 @@ from collections.abc import Collection
 from enum import StrEnum
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from solver.errors import PlacementError
 from solver.jobs import (
@@ -37,6 +37,7 @@ from solver.jobs import (
     Layout,
     Pattern,
 )
+from topology.base import Frozen
 from topology.model import Fabric
 
 
@@ -118,11 +119,9 @@ def _fragmented(
     return chosen
 
 
-class JobsGenParams(BaseModel):
+class JobsGenParams(Frozen):
     """What ``c4p jobs generate`` makes: ``jobs`` jobs of ``hosts_per_job`` hosts each, one
     communicator each, placed by ``placement``; jobs never share a host."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     jobs: int = Field(default=1, ge=1, le=100_000)
     hosts_per_job: int = Field(ge=1)

@@ -2,7 +2,7 @@
 
 Why one function: the offline CLI (what-if, sizing) and the live controller (react to a failure,
 a job) ask the same question — which equal-cost path should each QP take on this snapshot — so
-both call :func:`plan` (STYLE.md: the solver is a function) and get a :class:`Plan` that says
+both call :func:`plan` (the solver is a function) and get a :class:`Plan` that says
 what it chose, how good that is, what no plan can beat, and what moved.
 
 **Objective**, lexicographic: (1) the maximum utilization of a switch-to-switch link, load being
@@ -29,13 +29,22 @@ link: planes, rails of rail-aligned traffic) under strategy ``auto``:
 Other strategies: ``exact`` (refuses sub-problems it cannot solve exactly), ``cpsat`` (greedy
 hint, then always CP-SAT), ``greedy``, ``ecmp`` (the unplanned baseline of :mod:`solver.ecmp`).
 
+**Degraded fabrics** (links down or drained): where the healthy methods no longer apply, the
+intact fabric is coloured exactly (every link taken as up) and the flows whose colour is gone are
+repaired to the bound (:mod:`solver.repair`; on 2 tiers with two-spine exchanges,
+:mod:`solver.kempe`). Meeting the bound proves the part optimal; otherwise the search below
+runs as before.
+
 **Re-planning** (``previous`` given; :mod:`solver.incremental` decides which flows may stay).
 A sub-problem whose flows may all stay and that is still at its bound is kept as it is
-(``kept``: the common case, checked for all at once). Otherwise the flows that may stay do, the
-rest are placed greedily on the loads they leave; at the bound that is final (no plan moves
-fewer). Above it, ``auto`` also tries the stable exact methods and CP-SAT, whose second phase
-minimizes moves, and keeps the best by (max utilization, moves, links at max). The snapshot's
-candidate paths are derived from the previous plan's when only links went away.
+(``kept``: the common case, checked for all at once). Otherwise ``auto`` repairs the previous
+plan to the bound: flows that may stay do, flows on over-full links are evicted, the rest are
+re-placed (``repair``). If that misses the bound, the part is planned as a full plan and then
+repaired from the previous plan at the utilization that reached, keeping the best by (max
+utilization, moves, links at max). The plan reports a lower bound on the moves
+(:func:`solver.repair.min_moves`). The snapshot's candidate paths are derived from the previous
+plan's when only links went away. Strategy ``greedy`` keeps the old behaviour (keep what may
+stay, place the rest greedily).
 
 **Budget** (seconds) bounds the search: LP and CP-SAT share what the constructive step leaves,
 in proportion to sub-problem size. Construction always runs (milliseconds; about a second at
@@ -53,13 +62,16 @@ import numpy as np
 
 from solver import fattree
 from solver.bounds import combinatorial_bounds, integral_units, lp_bound, round_up
+from solver.coloring import assign_spines
 from solver.cpsat import solve_cpsat
 from solver.ecmp import ecmp_paths
 from solver.errors import SolverError
 from solver.flows import Flow, Workload
-from solver.greedy import exact_reason, exact_spines, place_exact, place_greedy
+from solver.greedy import exact_reason, exact_spines, place_exact, place_greedy, spine_rows
 from solver.incremental import Previous, match_middles, match_previous
+from solver.kempe import SpineGrid
 from solver.problem import SAME_LEAF, TOLERANCE, UNREACHABLE, Objective, Problem, build_problem
+from solver.repair import min_moves, repair
 from solver.result import Bounds, Part, Plan
 from topology.index import FloatArray, IntArray
 from topology.model import Fabric
@@ -113,6 +125,7 @@ class _Component:
     solver_bound: float | None = None
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
+    min_moves: int | None = None
 
     @property
     def best(self) -> float:
@@ -163,6 +176,8 @@ class _Planner:
         self.seed = seed
         self.deadline = deadline
         self._shape: fattree.FatTreeShape | str | None = None
+        self._intact_shape: fattree.FatTreeShape | str | None = None
+        self._grids: dict[int, SpineGrid] = {}
 
     def key(self, c: _Component, choice: IntArray) -> tuple[float, ...]:
         """What "better" means for a component: the objective, lexicographically."""
@@ -248,7 +263,13 @@ class _Planner:
         prior = self.prior(c)
         options: list[tuple[IntArray, str, bool]] = []
         if prior is not None and self.strategy != "exact":
-            # Keep what may stay, place the rest: at the bound, nothing else can move fewer.
+            # Keep what may stay, evict what must go, re-place: at the bound, done.
+            if self.strategy == "auto":
+                fixed = repair(problem, c.flows, prior, c.best, self.grid(c))
+                if fixed.reached:
+                    c.choice, c.method = fixed.choice, "repair"
+                    c.seconds = time.perf_counter() - start
+                    return
             options.append((self.greedy(c.flows, prior), "greedy", False))
             if self.at_bound(c, options[0][0]):
                 c.choice, c.method = options[0][:2]
@@ -271,12 +292,71 @@ class _Planner:
             if tree is not None:
                 options.append(tree)
         proven = any(optimal for _, _, optimal in options)
+        if self.strategy == "auto" and not proven:
+            healed = self.heal(c, prior)
+            if healed is not None:
+                options.append(healed)
+                proven = self.at_bound(c, healed[0])
         if prior is None and self.strategy != "exact" and not proven:
             options.append((self.greedy(c.flows, None), "greedy", False))
         keys = [self.key(c, choice) for choice, _, _ in options]
         best = min(range(len(options)), key=lambda i: keys[i])
         c.choice, c.method, c.proven = options[best]
+        if prior is not None and self.strategy == "auto":
+            # The same max utilization with fewer moves: repair the previous plan to it.
+            z = float(keys[best][0])
+            fixed = repair(problem, c.flows, prior, z, self.grid(c))
+            if fixed.reached and self.key(c, fixed.choice) < keys[best]:
+                c.choice, c.method = fixed.choice, "repair"
         c.seconds = time.perf_counter() - start
+
+    def heal(self, c: _Component, prior: IntArray | None) -> tuple[IntArray, str, bool] | None:
+        """Colour the intact structure (every link taken as up), keep the flows whose colour
+        is still a candidate, and repair the rest to the bound (:mod:`solver.repair`); with
+        ``prior``, the previous plan's valid paths are the start instead."""
+        problem = self.problem
+        weights = problem.weight[c.flows]
+        if not len(c.flows) or np.any(weights != weights[0]):
+            return None
+        start = self.intact(c)
+        if start is None:
+            return None
+        if prior is not None:  # flows whose old path is still fine keep it
+            start = np.where(prior >= 0, prior, start)
+        fixed = repair(problem, c.flows, start, c.best, self.grid(c))
+        if not fixed.reached:
+            return None
+        return fixed.choice, "repair", True
+
+    def grid(self, c: _Component) -> SpineGrid | None:
+        """The spine grid of a 2-tier component of equal weights (two-spine exchanges)."""
+        problem = self.problem
+        weights = problem.weight[c.flows]
+        if not problem.two_tier or not len(c.flows) or np.any(weights != weights[0]):
+            return None
+        key = id(c)
+        if key not in self._grids:
+            self._grids[key] = SpineGrid.build(problem, c.pairs)
+        return self._grids[key]
+
+    def intact(self, c: _Component) -> IntArray | None:
+        """Each flow's candidate under the exact colouring of the intact fabric (every link
+        up), ``-1`` where that path is down or drained; ``None`` where no colouring applies."""
+        problem = self.problem
+        leaves = problem.pair_leaves[problem.pair[c.flows]]
+        if problem.two_tier:
+            spines, rows = spine_rows(problem, c.pairs)
+            spine = assign_spines(leaves[:, 0], leaves[:, 1], len(spines))
+            return rows[np.searchsorted(c.pairs, problem.pair[c.flows]), spine]
+        if self._intact_shape is None:
+            self._intact_shape = fattree.analyse(problem.fabric, ignore_status=True)
+        if isinstance(self._intact_shape, str):
+            return None
+        result = fattree.assign_fat_tree(self._intact_shape, leaves[:, 0], leaves[:, 1])
+        middles = np.full((len(c.flows), problem.table.shape[1]), problem.pad, dtype=np.int64)
+        for i, path in enumerate(result.paths):
+            middles[i, : len(path)] = path
+        return match_middles(problem, c.flows, middles)
 
     def greedy(self, flows: IntArray, prior: IntArray | None) -> IntArray:
         """Greedy for ``flows``; with ``prior``, flows that may stay do and the rest follow."""
@@ -432,11 +512,21 @@ def _assemble(
     moved_mask = np.zeros(problem.num_flows, dtype=bool)
     if prior is not None:
         moved_mask = prior.had & reachable & (prior.choice != choice)
-    objective = problem.measure(problem.path_loads(paths), int(moved_mask.sum()))
+    placed = problem.cross[choice[problem.cross] >= 0]
+    if strategy == "ecmp" and len(placed) < len(problem.cross):
+        load = problem.path_loads(paths)  # an ECMP path that is no candidate (impossible)
+    else:
+        load = problem.loads(placed, choice[placed])
+    objective = problem.measure(load, int(moved_mask.sum()))
     parts = []
+    least_moves = 0
     for c in components:
         local = _objective(problem, c, c.choice)
         optimal = c.proven or _meets(local.max_utilization, c.best)
+        if prior is not None:
+            mine = np.where(prior.had[c.flows], prior.choice[c.flows], -2)
+            c.min_moves = min_moves(problem, c.flows, mine, local.max_utilization)
+            least_moves += c.min_moves
         parts.append(
             Part(
                 flows=len(c.flows),
@@ -447,6 +537,7 @@ def _assemble(
                 max_utilization=local.max_utilization,
                 bound=c.best,
                 notes=c.notes,
+                min_moves=c.min_moves,
             )
         )
     lps = [c.lp for c in components if c.lp is not None]
@@ -464,6 +555,8 @@ def _assemble(
         objective=objective,
         bounds=bounds,
         moved=tuple(ids[i] for i in np.flatnonzero(moved_mask).tolist()),
+        min_moves=None if prior is None else least_moves,
+        weights=problem.weight,
         unreachable=tuple(ids[i] for i in np.flatnonzero(~reachable).tolist()),
         parts=tuple(parts),
         strategy=strategy,

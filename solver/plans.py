@@ -15,18 +15,16 @@ really has no path for it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from solver.errors import PlanError
 from solver.flows import Flow
+from topology.base import Frozen
 from topology.errors import PathError, TopologyError
 from topology.model import Fabric, Name
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class PlannedFlow(Frozen):
@@ -86,6 +84,50 @@ def plan_from_paths(
     )
 
 
+def plan_json_text(
+    fabric: Fabric,
+    flows: Sequence[Flow],
+    paths: Sequence[Sequence[int] | None],
+    strategy: str,
+    seed: int | None = None,
+) -> str:
+    """The JSON text ``plan_from_paths(...)`` would be written as (same keys, defaults left
+    out, one flow per line), built straight from the flows and paths.
+
+    Why: a 16k-GPU plan has 32,768 flows, and building a validated model per flow only to dump
+    it again costs more than the planning; everything here is already valid by construction.
+    """
+    if len(paths) != len(flows):
+        raise ValueError(f"{len(paths)} paths for {len(flows)} flows")
+    PlanFile(fabric=fabric.name, strategy=strategy, seed=seed)  # the header's own checks
+    index = fabric.index
+    names = index.node_names
+    src, dst = index.res_src.tolist(), index.res_dst.tolist()
+    dumps = json.dumps
+    head: dict[str, object] = {"fabric": fabric.name, "strategy": strategy}
+    if seed is not None:
+        head["seed"] = seed
+    lines = []
+    for f, p in zip(flows, paths, strict=True):
+        item: dict[str, object] = {
+            "job": f.job,
+            "communicator": f.communicator,
+            "connection": f.connection,
+            "qp": f.qp,
+            "src": f.src,
+            "dst": f.dst,
+        }
+        if f.rate != 1.0:
+            item["rate"] = f.rate
+        if p:
+            item["path"] = [names[src[p[0]]], *(names[dst[r]] for r in p)]
+        lines.append(dumps(item))
+    fields = [f" {dumps(k)}: {dumps(v)}" for k, v in head.items()]
+    if lines:
+        fields.append(' "flows": [\n  ' + ",\n  ".join(lines) + "\n ]")
+    return "{\n" + ",\n".join(fields) + "\n}\n"
+
+
 def _check_path(
     fabric: Fabric, flow: Flow, planned: PlannedFlow
 ) -> tuple[str | None, tuple[int, ...]]:
@@ -133,6 +175,19 @@ def paths_from_plan(
     if plan.fabric != fabric.name:
         problems.append(("fabric", f"plan is for fabric {plan.fabric!r}, not {fabric.name!r}"))
     wanted = {f.id: i for i, f in enumerate(flows)}
+    unknown = sum(1 for planned in plan.flows if planned.id not in wanted)
+    absent = len(flows) - (len(plan.flows) - unknown)
+    if plan.flows and flows and (2 * unknown > len(plan.flows) or 2 * absent > len(flows)):
+        # Most flows differ: the files do not belong together; say so once, not 1,000 times.
+        problems.append(
+            (
+                "",
+                f"the plan does not belong to these jobs: {unknown:,} of its "
+                f"{len(plan.flows):,} flows are not flows of the jobs, and {max(absent, 0):,} "
+                f"of the jobs' {len(flows):,} flows are not in it (a plan of another jobs file?)",
+            )
+        )
+        raise PlanError(problems, source)
     chosen: dict[int, PlannedFlow] = {}
     for k, planned in enumerate(plan.flows):
         fid = planned.id

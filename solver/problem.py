@@ -25,11 +25,11 @@ from functools import cached_property
 
 import numpy as np
 
-from solver.candidates import Candidates, pair_candidates
+from solver.candidates import Candidates, filtered_table, pair_candidates
 from solver.errors import PlanError
 from solver.evaluate import reference_line_rate, switch_resources
 from solver.flows import Flow
-from topology.index import FabricIndex, FloatArray, IntArray
+from topology.index import BoolArray, FabricIndex, FloatArray, IntArray
 from topology.model import Fabric
 
 SAME_LEAF = -1
@@ -315,11 +315,55 @@ def build_problem(
     dst_leaf = np.where(ok, index.res_src[np.maximum(down, 0)], -1)
     pair = np.where(ok, SAME_LEAF, UNREACHABLE).astype(np.int64)
     cross = ok & (src_leaf != dst_leaf)
-    keys, inverse = np.unique(
-        np.column_stack([src_leaf[cross], dst_leaf[cross]]), axis=0, return_inverse=True
-    )
-    keys = keys.reshape(-1, 2)
+    stride = index.num_nodes
+    codes, inverse = np.unique(src_leaf[cross] * stride + dst_leaf[cross], return_inverse=True)
+    keys = np.column_stack(np.divmod(codes, stride)).reshape(-1, 2).astype(np.int64)
     two_tier = bool(np.all(np.isin(index.tier[: index.num_switches], (1, 2))))
+    fast = filtered_table(index, keys, reuse)
+    if fast is not None:
+        counts, hops, table = fast
+        pair[cross] = inverse.ravel()
+        alive = np.ones(len(keys), dtype=bool)
+        width = int(hops.max(initial=0))
+        table = np.ascontiguousarray(table[:, :width])
+        offset = np.zeros(len(keys) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offset[1:])
+    else:
+        pair, table, offset, hops, alive = _tabulate(index, keys, inverse, pair, cross, two_tier,
+                                                     reuse)  # fmt: skip
+    reference = reference_line_rate(fabric)
+    scale = np.zeros(index.num_resources + 1)
+    scale[:-1] = reference / index.res_capacity
+    return Problem(
+        fabric=fabric,
+        flows=tuple(flows),
+        ids=ids,
+        weight=np.asarray(weight, dtype=np.float64),
+        nic_up=up,
+        nic_down=down,
+        pair=pair,
+        pair_leaves=keys[alive],
+        offset=offset,
+        table=table,
+        hops=hops,
+        scale=scale,
+        reference=reference,
+        inner=switch_resources(fabric),
+        two_tier=two_tier,
+    )
+
+
+def _tabulate(
+    index: FabricIndex,
+    keys: IntArray,
+    inverse: IntArray,
+    pair: IntArray,
+    cross: BoolArray,
+    two_tier: bool,
+    reuse: Candidates | None,
+) -> tuple[IntArray, IntArray, IntArray, IntArray, BoolArray]:
+    """Candidates pair by pair: ``pair`` updated, the table, offsets, hops of the pairs that
+    have a path, and which of ``keys`` do."""
     rows = pair_candidates(index, keys, two_tier, reuse)
     counts = np.array([len(r) for r in rows], dtype=np.int64)
     hops = np.array([r.shape[1] if len(r) else 0 for r in rows], dtype=np.int64)
@@ -335,23 +379,4 @@ def build_problem(
     np.cumsum(counts[alive], out=offset[1:])
     for p, r in enumerate(kept):
         table[offset[p] : offset[p + 1], : r.shape[1]] = r
-    reference = reference_line_rate(fabric)
-    scale = np.zeros(index.num_resources + 1)
-    scale[:-1] = reference / index.res_capacity
-    return Problem(
-        fabric=fabric,
-        flows=tuple(flows),
-        ids=ids,
-        weight=np.asarray(weight, dtype=np.float64),
-        nic_up=up,
-        nic_down=down,
-        pair=pair,
-        pair_leaves=keys[alive],
-        offset=offset,
-        table=table,
-        hops=hops[alive],
-        scale=scale,
-        reference=reference,
-        inner=switch_resources(fabric),
-        two_tier=two_tier,
-    )
+    return pair, table, offset, hops[alive], alive

@@ -13,6 +13,7 @@ insist that every path is still valid — deciding what must move is the planner
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -21,8 +22,9 @@ from solver.bounds import combinatorial_bounds, integral_units, round_up
 from solver.candidates import Candidates
 from solver.flows import Flow
 from solver.plans import PlanFile, plan_from_paths
-from solver.problem import Objective, build_problem
+from solver.problem import Objective, Problem, build_problem
 from topology.errors import TopologyError
+from topology.index import FloatArray
 from topology.model import Fabric
 
 __all__ = ["Bounds", "Part", "Plan"]
@@ -49,14 +51,19 @@ class Part:
     flows: int
     pairs: int
     method: str
-    """Whose paths were kept: ``exact``, ``fattree``, ``greedy``, ``cpsat``, ``ecmp``, or
-    ``kept`` (a re-plan left the sub-problem as the previous plan had it)."""
+    """Whose paths were kept: ``exact``, ``fattree``, ``greedy``, ``cpsat``, ``ecmp``,
+    ``repair`` (:mod:`solver.repair`: the previous plan, or the intact fabric's colouring, with
+    the displaced flows re-placed), or ``kept`` (a re-plan left the sub-problem as the
+    previous plan had it)."""
     status: str
     """``optimal`` (meets a lower bound, or proven by CP-SAT) or ``feasible``."""
     seconds: float
     max_utilization: float
     bound: float
     notes: tuple[str, ...] = ()
+    min_moves: int | None = None
+    """For a re-plan: a lower bound on the flows any plan must move to reach this part's max
+    utilization from the previous plan (:func:`solver.repair.min_moves`)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,6 +86,11 @@ class Plan:
     seconds: float
     snapshot: Fabric = field(repr=False)
     candidates: Candidates | None = field(default=None, repr=False)
+    min_moves: int | None = None
+    """For a re-plan: a lower bound on the flows any plan reaching this plan's max
+    utilization per part must move (the sum of the parts'); ``None`` without a previous."""
+    weights: FloatArray | None = field(default=None, repr=False)
+    """Each flow's weight (rate x priority) as planned; ``None`` means the rates."""
     """The snapshot's candidate table, which the next re-plan may filter (see
     :class:`solver.problem.Candidates`)."""
 
@@ -118,9 +130,48 @@ class Plan:
             "bounds": asdict(self.bounds),
             "gap": self.gap,
             "moved": len(self.moved),
+            "min_moves": self.min_moves,
             "unreachable": list(self.unreachable),
             "parts": [asdict(p) for p in self.parts],
         }
+
+    @property
+    def weighted(self) -> bool:
+        """True when job priorities made some flow's weight differ from its rate: then the
+        objective and bounds are in rate x priority units, not plain rate units."""
+        if self.weights is None:
+            return False
+        rates = np.fromiter((f.rate for f in self.flows), np.float64, count=len(self.flows))
+        return not np.array_equal(rates, self.weights)
+
+    @property
+    def rate_utilization(self) -> float:
+        """The busiest switch-to-switch link's load in NIC line rates (1.0 = one full-rate
+        flow), priorities left out: the unit of ``c4p evaluate`` and of ECMP's column."""
+        if not self.weighted:
+            return self.objective.max_utilization
+        problem = self._rate_problem
+        assert problem is not None
+        return problem.measure(problem.path_loads(self.paths)).max_utilization
+
+    @property
+    def rate_bound(self) -> float:
+        """The best combinatorial lower bound in plain rate units (``bounds.best`` when no
+        priority applies)."""
+        if not self.weighted:
+            return self.bounds.best
+        problem = self._rate_problem
+        assert problem is not None
+        units = integral_units(problem).tolist()
+        bounds = combinatorial_bounds(problem).tolist()
+        return max((round_up(b, u) for b, u in zip(bounds, units, strict=True)), default=0.0)
+
+    @cached_property
+    def _rate_problem(self) -> Problem | None:
+        if not self.weighted:
+            return None
+        rates = np.fromiter((f.rate for f in self.flows), np.float64, count=len(self.flows))
+        return build_problem(self.snapshot, self.flows, rates, self.candidates)
 
     # -- plan files --------------------------------------------------------------------------
 

@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from southbound.pathtable import LearnedPorts, PathTable
 from southbound.ports import PortRequest, PortSource, PredictedPorts
 from southbound.routes import Middle, QpKey, QpRoute, full_path, middle_stages, nearest_middle
+from topology.base import Frozen
 from topology.errors import TopologyError
 from topology.model import Fabric, Name
 from topology.roce import (
@@ -56,11 +57,7 @@ class SynthesisMode(StrEnum):
     LEARNED = "learned"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Binding(_Frozen):
+class Binding(Frozen):
     """The port one QP must use, the flow label that yields it, and the path it then takes."""
 
     job: Name
@@ -117,7 +114,7 @@ class IssueKind(StrEnum):
     PREDICTED = "predicted"  # no agent on the host: the port is the model's, not seen
 
 
-class BindingIssue(_Frozen):
+class BindingIssue(Frozen):
     """A QP not bound to its planned path: bound elsewhere (``fallback``) or not at all."""
 
     job: str
@@ -133,7 +130,7 @@ class BindingIssue(_Frozen):
         return f"{self.job}/{self.communicator}/{self.connection}/{self.qp}"
 
 
-class BindingSet(_Frozen):
+class BindingSet(Frozen):
     """The bindings in force at one plan epoch (each stamped with the epoch that set it, at
     most the set's), with the QPs that could not be bound as planned."""
 

@@ -64,7 +64,7 @@ _IFACE = re.compile(INTERFACE_PATTERN)
 class DiscoveryResult(Observed):
     """A discovered fabric and how it was obtained."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True)  # the rest from Frozen
 
     fabric: Fabric
     problems: tuple[Problem, ...] = ()

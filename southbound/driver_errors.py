@@ -22,8 +22,10 @@ A ``MalformedAnswer`` for one leaf never aborts a session: drivers collect them 
 
 from __future__ import annotations
 
+from topology.errors import C4pError
 
-class SouthboundError(Exception):
+
+class SouthboundError(C4pError):
     """Base of every southbound error; ``target`` names the switch session, if any."""
 
     retryable = False

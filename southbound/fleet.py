@@ -43,6 +43,7 @@ from southbound.observed import (
 )
 from southbound.targets import TargetConfig, TargetsFile
 from southbound.tracker import FabricTracker
+from topology.backoff import Backoff
 from topology.generators.common import AddressPlan
 from topology.model import Fabric
 
@@ -52,17 +53,6 @@ LLDP_SETTLE_S = 0.2
 """After an LLDP ON_CHANGE update, wait this long for the rest of the change, then re-read."""
 """Wiring changes are folded into the snapshot at most this often, off the event path."""
 """The same problem from the same target is reported at most once per this many seconds."""
-
-
-class Backoff:
-    """Exponential backoff with jitter: ``initial * 2**attempt``, capped, times 0.8..1.2."""
-
-    def __init__(self, initial: float, maximum: float, rng: random.Random) -> None:
-        self.initial, self.maximum, self._rng = initial, maximum, rng
-
-    def delay(self, attempt: int) -> float:
-        base: float = min(self.maximum, self.initial * 2.0 ** min(attempt, 30))
-        return base * (0.8 + 0.4 * self._rng.random())
 
 
 class TargetStatus(Observed):
@@ -138,7 +128,7 @@ class Fleet:
 
     def _observe_once(self, name: str, attempts: int) -> None:
         cfg = self._targets[name]
-        backoff = Backoff(cfg.timeouts.retry_initial_s, cfg.timeouts.retry_max_s, self._rng)
+        backoff = Backoff(cfg.timeouts.retry_initial_s, cfg.timeouts.retry_max_s, rng=self._rng)
         for attempt in range(attempts):
             session = self._driver(cfg.driver).session(cfg)
             try:
@@ -213,7 +203,7 @@ class Fleet:
 
     def _run(self, name: str) -> None:
         cfg = self._targets[name]
-        backoff = Backoff(cfg.timeouts.retry_initial_s, cfg.timeouts.retry_max_s, self._rng)
+        backoff = Backoff(cfg.timeouts.retry_initial_s, cfg.timeouts.retry_max_s, rng=self._rng)
         attempt = 0
         while not self._stop.is_set():
             session = self._driver(cfg.driver).session(cfg)

@@ -26,13 +26,13 @@ from __future__ import annotations
 import ipaddress
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from topology.base import Frozen
 
 
-class Observed(BaseModel):
+class Observed(Frozen):
     """Base: frozen and strict about keys (these are built by drivers, never by users)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Protocol(StrEnum):

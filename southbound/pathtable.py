@@ -1,10 +1,10 @@
 """Learned source-port tables: which port takes which path, from probe results alone.
 
-Why: the controller must steer QPs even where it knows nothing of the switches' hashes (DESIGN.md
-§3: probing is the truth). A :class:`PathTable` is built only from traces (source address,
-destination address, source port, the hops that answered) and the topology; it never sees a
-hash profile. It answers both questions binding needs: "which ports take this path" and "which
-path does this port take".
+Why: the controller must steer QPs even where it knows nothing of the switches' hashes (probing is
+the truth: what the fabric does beats any model of it). A :class:`PathTable` is built only from
+traces (source address, destination address, source port, the hops that answered) and the topology;
+it never sees a hash profile. It answers both questions binding needs: "which ports take this path"
+and "which path does this port take".
 
 **Scope.** With the usual 5-tuple hash, the sport -> path mapping is different for every NIC
 pair, so entries are kept per ``(source port, destination port)`` (:attr:`Scope.PAIR`). Where

@@ -3,7 +3,7 @@ data plane.
 
 Why probing: vendors do not publish how their ECMP hash key is built, and the mapping changes
 when a group's membership changes, so the truth about which source port takes which path comes
-from the fabric itself (DESIGN.md §3). A probe is a UDP packet with the *same* 5-tuple a QP
+from the fabric itself. A probe is a UDP packet with the *same* 5-tuple a QP
 would use (source and destination NIC addresses, the candidate source port, destination port
 4791); Paris traceroute keeps that 5-tuple fixed and only raises the IP TTL, so every probe of a
 trace follows the same path and the switch at hop ``t`` answers the probe sent with TTL ``t``

@@ -1,8 +1,8 @@
 """What southbound is asked to bind, and the geometry of a planned path through ECMP groups.
 
-Why this module: ``southbound`` may import only ``topology`` (DESIGN.md §2), so it cannot take the
-solver's ``Flow`` or ``Plan``. It defines its own small input, :class:`QpRoute` (one QP and the
-path planned for it), and accepts anything shaped like a flow (:class:`FlowLike`, which the
+Why this module: ``southbound`` may import only ``topology`` (docs/architecture.md), so it cannot
+take the solver's ``Flow`` or ``Plan``. It defines its own small input, :class:`QpRoute` (one QP and
+the path planned for it), and accepts anything shaped like a flow (:class:`FlowLike`, which the
 solver's ``Flow`` satisfies structurally) to build routes from.
 
 A path is a tuple of directed resources, NIC port to NIC port (``topology.index``). Source-port

@@ -24,17 +24,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 
 from southbound.driver_errors import TargetConfigError
 from southbound.gnmic import from_gnmic, is_gnmic
+from topology.base import Frozen
 from topology.model import Name, SwitchRole
 
 
-class Strict(BaseModel):
-    """Base of every config model: unknown keys refused, instances immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Strict(Frozen):
+    """Base of every config model: unknown keys refused, instances immutable (topology.base)."""
 
 
 class DriverName(StrEnum):

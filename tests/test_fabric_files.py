@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from c4p.files import load_fabric, save_fabric
 from topology.errors import FabricFileError
 from topology.formats import TextFormat, dump_fabric, parse_fabric
+from topology.generators import generate
 from topology.model import Fabric, LinkStatus
 
 GOOD = """
@@ -193,3 +194,17 @@ def test_one_bad_item_is_one_problem(tmp_path: Path) -> None:
     data = good_data()
     data["hosts"][0]["nics"] = []
     assert [p for p, _ in refused(data, tmp_path).problems] == ["hosts[0].nics"]
+
+
+def test_a_copy_with_other_switches_is_a_fresh_snapshot() -> None:
+    fabric = generate("leaf-spine", leaves=2, spines=2, hosts_per_leaf=1)
+    assert fabric.index is not None  # the cached view exists before the copy
+    reseeded = tuple(
+        s.model_copy(update={"hash": s.hash.model_copy(update={"seed": 7})})
+        for s in fabric.switches
+    )
+    copy = fabric.model_copy(update={"switches": reseeded})
+    assert copy.index is not fabric.index
+    assert all(s.hash.seed == 7 for s in copy.index.fabric.switches)
+    with pytest.raises(ValueError, match="duplicate name"):
+        fabric.model_copy(update={"switches": (*fabric.switches, fabric.switches[0])})

@@ -194,7 +194,11 @@ def test_a_drained_link_reaches_only_the_jobs_crossing_it(tmp_path: Path) -> Non
             assert link.effective == "drained" and link.drain_reason == "suspect optics"
             assert link.flows == 0
             restored = admin.restore(f"{spine}--{leaf}", wait=True)
-            assert restored.changed and restored.effective == "up"
+            # A restored link is held for hold_up_s like any returning link (flap damping).
+            assert restored.changed and restored.effective == "held"
+            assert wait_until(
+                lambda: not any(x.held for x in admin.fabric(only_changed=True).links), 30, 0.1
+            )
         finally:
             for w in watches.values():
                 w.stop()

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from topology.base import Frozen
 from topology.index import natural_key
-from topology.model import Fabric, Frozen, Link, LinkStatus, split_end
+from topology.model import Fabric, Link, LinkStatus, split_end
 
 
 class Miswire(Frozen):

@@ -1,7 +1,13 @@
-"""Errors raised by the fabric layer.
+"""Errors raised by the fabric layer, and the root of every c4p error.
 
-Hierarchy (``c4p.errors`` re-exports all of it and adds the layers above)::
+Why the root lives here: ``topology`` is the one package every other layer imports (``solver``,
+``southbound`` and ``c4p`` all sit on it, and it imports none of them), so :class:`C4pError`
+defined here can be the base of every layer's errors and a caller catches all of c4p's errors
+with one class. ``c4p.errors`` re-exports the whole tree and draws it in its docstring.
 
+Hierarchy of this layer::
+
+    C4pError                      the root of every error c4p raises (any layer)
     TopologyError                 anything wrong with a fabric or a question about it
     ├── FabricFileError           a file could not be read or is not a valid fabric (terminal)
     ├── UnknownNameError          a switch, port, address or link name that does not exist
@@ -15,7 +21,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-class TopologyError(Exception):
+class C4pError(Exception):
+    """The root of every error c4p raises, in any layer; ``retryable`` says whether the same
+    action can succeed later."""
+
+    retryable = False
+
+
+class TopologyError(C4pError):
     """Base of every fabric-layer error."""
 
     retryable = False

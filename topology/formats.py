@@ -73,16 +73,35 @@ def problems_of(error: ValidationError) -> list[tuple[str, str]]:
     return found
 
 
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML was built with it (about 10x faster on a 16k-GPU fabric
+file: tens of seconds become seconds), else the pure-Python one; both build plain data only."""
+
+_SafeDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
 def parse_data(text: str, fmt: TextFormat, source: str) -> Any:
     """Parse YAML or JSON text; syntax errors become :class:`FabricFileError` with the line."""
     try:
         if fmt is TextFormat.JSON:
             return json.loads(text)
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_SafeLoader)
     except json.JSONDecodeError as exc:
         raise FabricFileError(source, [("", f"not valid JSON: {exc}")]) from None
     except yaml.YAMLError as exc:
-        raise FabricFileError(source, [("", f"not valid YAML: {exc}")]) from None
+        raise FabricFileError(source, [("", f"not valid YAML: {_yaml_problem(exc)}")]) from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """``line 3, column 1: expected ',' or ']', but got '<stream end>'`` (PyYAML's own text
+    spans lines and names ``<unicode string>`` instead of the file)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    text = f"{context}: {problem}" if context else str(problem)
+    if mark is None:
+        return text
+    return f"line {mark.line + 1}, column {mark.column + 1}: {text}"
 
 
 def parse_model(cls: type[M], text: str, fmt: TextFormat, source: str) -> M:
@@ -102,8 +121,26 @@ def dump_model(model: BaseModel, fmt: TextFormat) -> str:
     """Model -> text; defaults are left out so that files stay short and readable."""
     data = model.model_dump(mode="json", exclude_defaults=True)
     if fmt is TextFormat.JSON:
+        return _json_text(data)
+    return str(
+        yaml.dump(data, Dumper=_SafeDumper, sort_keys=False, default_flow_style=None, width=100)
+    )
+
+
+def _json_text(data: Any) -> str:
+    """JSON with one item of each top-level list per line (a link, a host, a planned flow):
+    as easy to read and diff as indented JSON, and written by the C encoder item by item,
+    which for a 16k-GPU plan is seconds faster than ``indent``'s pure-Python encoder."""
+    if not isinstance(data, dict):
         return json.dumps(data, indent=1) + "\n"
-    return str(yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100))
+    fields = []
+    for key, value in data.items():
+        if isinstance(value, list) and value:
+            items = ",\n  ".join(json.dumps(item) for item in value)
+            fields.append(f" {json.dumps(key)}: [\n  {items}\n ]")
+        else:
+            fields.append(f" {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(fields) + "\n}\n"
 
 
 def parse_fabric(text: str, fmt: TextFormat, source: str = "<fabric>") -> Fabric:

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from topology.base import Frozen
 
 if TYPE_CHECKING:
     from topology.index import FabricIndex
@@ -43,10 +45,7 @@ _INTERFACE_RE = re.compile(INTERFACE_PATTERN)
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
 
 
-class Frozen(BaseModel):
-    """Base for every model of the fabric: unknown keys are refused, instances are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+# ``Frozen`` (topology.base) is the base of every model of the fabric and is re-exported here.
 
 
 class LinkStatus(StrEnum):
@@ -271,6 +270,20 @@ class Fabric(Frozen):
         return self.links[self.index.link_number(link_id)]
 
     # -- snapshots ---------------------------------------------------------------------------
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Fabric:
+        """A copy; with ``update``, a new snapshot built by the constructor.
+
+        Why not pydantic's copy: it copies the instance dict, cached :attr:`index` included,
+        so a copy with other switches or links would keep the old arrays (hash tables,
+        routing) and skip the cross-reference checks. An update therefore goes through the
+        constructor, like :meth:`with_link_status`.
+        """
+        if not update:
+            return super().model_copy(deep=deep)
+        data: dict[str, Any] = {name: getattr(self, name) for name in type(self).model_fields}
+        data.update(update)
+        return type(self)(**data)
 
     def with_link_status(self, changes: dict[int, LinkStatus]) -> Fabric:
         """A new snapshot where link number ``i`` has status ``changes[i]``."""

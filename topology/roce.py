@@ -26,7 +26,9 @@ from typing import Annotated
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from topology.base import Frozen
 
 ROCE_UDP_DPORT = 4791
 """IANA destination port of RoCEv2."""
@@ -60,10 +62,8 @@ U64Array = npt.NDArray[np.uint64]
 Port = Annotated[int, Field(ge=0, le=0xFFFF)]
 
 
-class FiveTuple(BaseModel):
+class FiveTuple(Frozen):
     """The header fields an ECMP switch hashes, with RoCEv2's protocol and destination port."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     src_ip: ipaddress.IPv4Address
     dst_ip: ipaddress.IPv4Address

@@ -36,8 +36,8 @@ from c4p.agent.local_config import BindingsSection
 from c4p.agent.wire import BindingSet, Code, Kind, LocalBinding, QpKey, WireError
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
-from c4p.client.sync import Backoff
 from c4p.client.wire import FLOW, ApiError, auth
+from topology.backoff import Backoff
 
 log = logging.getLogger("c4p.agent.jobs")
 

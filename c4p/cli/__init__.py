@@ -16,14 +16,38 @@ imported. Everything else sees the same ``app`` as before.
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
 __all__ = ["app", "main"]
 
 
+def _version(show: bool) -> None:
+    if show:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"c4p {version('c4p')}")
+        except PackageNotFoundError:  # pragma: no cover - run from a checkout, not installed
+            typer.echo("c4p (not installed)")
+        raise typer.Exit()
+
+
+def _main(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print c4p's version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Traffic engineering for RoCE fabrics: plan collision-free paths for collective flows."""
+
+
 def build_app() -> typer.Typer:
     """The whole ``c4p`` command line: every group registered (imports them all)."""
+    from c4p.cli.admin import admin_app
     from c4p.cli.agent import agent_cmd
     from c4p.cli.bench import bench_cmd
     from c4p.cli.discover import fabric_discover
@@ -41,13 +65,17 @@ def build_app() -> typer.Typer:
         help=(
             "Traffic engineering for RoCE fabrics: plan collision-free paths for collective flows."
         ),
+        epilog="Exit codes: 0 ok; 1 a finding (drift, an unanswered target, a failed check); "
+        "2 bad input or a refusal to start.",
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
     )
+    app.callback()(_main)
     app.add_typer(fabric_app, name="fabric")
     app.add_typer(jobs_app, name="jobs")
     app.add_typer(lab_app, name="lab")
+    app.add_typer(admin_app, name="admin")
     fabric_app.command("discover")(fabric_discover)
     fabric_app.command("emulate")(fabric_emulate)
     app.command("serve")(serve)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -36,10 +36,21 @@ def bench_cmd(
             "SubmitIntents to all bindings received for a 1,024-rank job, bindings per second."
         ),
     ] = False,
+    failures: Annotated[
+        bool,
+        typer.Option(
+            help="Instead, the failure ladder: failed and drained links on 2- and 3-tier "
+            "fabrics, full plans and re-plans (docs/benchmarks-failures.md)."
+        ),
+    ] = False,
     json_path: JsonOption = None,
 ) -> None:
     """Run the scenario ladder: ECMP, greedy, c4p and the lower bound side by side."""
     from c4p import bench
+
+    if failures:
+        guarded(lambda: _failure_ladder(quick, output, plot_path, only, json_path))
+        return
 
     if service:
         from c4p.service import bench as service_bench
@@ -77,7 +88,51 @@ def bench_cmd(
         )
         text = bench.markdown(rows, command, elapsed).replace("benchmarks.png", image.name)
         write_text(table, text)
-        bench.plot(rows, image)
-        emit(json_path, bench.rows_json(rows), lambda: console.print(f"wrote {table}, {image}"))
+        try:
+            bench.plot(rows, image)
+            wrote = f"wrote {table}, {image}"
+        except ImportError:  # matplotlib is an extra: c4p[plot] (or the dev install)
+            wrote = f"wrote {table} (no plot: install c4p[plot] for {image.name})"
+        emit(json_path, bench.rows_json(rows), lambda: console.print(wrote))
 
     guarded(body)
+
+
+def _failure_ladder(
+    quick: bool, output: Path | None, plot_path: Path | None, only: str | None, json_path: Any
+) -> None:
+    from c4p import bench_failures
+
+    table = output or Path(
+        "out/bench-failures-quick.md" if quick else "docs/benchmarks-failures.md"
+    )
+    image = plot_path or table.with_name(table.stem + ".png")
+    started = time.perf_counter()
+
+    def progress(row: bench_failures.FailureRow) -> None:
+        if json_path is None or str(json_path) != "-":
+            console.print(
+                f"{row.fabric}, {row.failure}: ECMP {row.util_ecmp:.2f} / greedy "
+                f"{row.util_greedy:.2f} / c4p {row.util_c4p:.2f} ({row.status}) / bound "
+                f"{row.bound:.2f} in {row.plan_s:.3f} s; re-plan {row.util_replan:.2f} in "
+                f"{row.replan_s:.3f} s, moved {row.moved} (at least {row.min_moves})",
+                highlight=False,
+            )
+
+    rows = bench_failures.run(quick, only, progress)
+    if not rows:
+        raise C4pError(f"no fabric of the failure ladder matches {only!r}")
+    elapsed = time.perf_counter() - started
+    command = (
+        "c4p bench --failures"
+        + (" --quick" if quick else "")
+        + (f" --only '{only}'" if only else "")
+    )
+    text = bench_failures.markdown(rows, command, elapsed)
+    write_text(table, text.replace("benchmarks-failures.png", image.name))
+    bench_failures.plot(rows, image)
+    emit(
+        json_path,
+        bench_failures.rows_json(rows),
+        lambda: console.print(f"wrote {table}, {image}"),
+    )

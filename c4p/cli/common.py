@@ -5,19 +5,25 @@ or ``southbound``; it reads files, calls the function, prints a table and, with 
 writes the same figures for machines (``--json -`` writes JSON to standard output instead of
 tables). Every error a user can cause comes out as ``error: <file>: <field>: <reason>`` and exit
 status 2, never as a traceback; :func:`guarded` is the only place that turns errors into exits.
+
+Exit codes: 0 ok; 1 a finding (drift, an unanswered target, a failed check); 2 bad input or a
+refusal to start (a bad option or file, a damaged store, a port in use).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from c4p.errors import C4pError, SolverError, SouthboundError, TopologyError
+from c4p.errors import C4pError
 from c4p.files import write_json
 from topology.formats import problems_of
 
@@ -37,14 +43,49 @@ def fail(message: str) -> None:
 
 
 def guarded(func: Callable[[], T]) -> T:
-    """Run a command body, turning every user-caused error into a clear message and exit 2."""
+    """Run a command body, turning every user-caused error into a clear message and exit 2:
+    c4p's own errors, invalid values (``ValueError``, pydantic's ``ValidationError``) and
+    files that cannot be read or written (``OSError``: a directory, no permission, a full
+    disk)."""
     try:
         return func()
-    except (TopologyError, SolverError, SouthboundError, C4pError) as exc:
+    except C4pError as exc:
         fail(str(exc))
     except ValidationError as exc:
         fail("; ".join(f"{p}: {r}" if p else r for p, r in problems_of(exc)))
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        fail(f"{where}{exc.strerror or exc}")
+    except ValueError as exc:
+        fail(str(exc))
     raise AssertionError("unreachable")
+
+
+def check_number(option: str, value: float, low: float, high: float) -> float:
+    """A finite number within ``[low, high]``, or a :class:`C4pError` naming the option (typer
+    lets ``nan`` and ``inf`` through its ranges)."""
+    if not math.isfinite(value) or not low <= value <= high:
+        raise C4pError(f"{option} {value}: expected a number from {low:g} to {high:g}")
+    return value
+
+
+@contextmanager
+def progress(description: str) -> Iterator[None]:
+    """A spinner with the elapsed time on standard error while long work runs (nothing when
+    standard error is not a terminal, so logs and pipes stay clean)."""
+    err = Console(stderr=True)
+    if not err.is_terminal:
+        yield
+        return
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        bar.add_task(description, total=None)
+        yield
 
 
 def emit(json_path: Path | None, data: Any, render: Callable[[], None]) -> None:

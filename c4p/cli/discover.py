@@ -29,7 +29,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from c4p.cli.common import guarded
+from c4p.cli.common import guarded, progress
 from c4p.files import load_fabric, load_model, save_fabric, write_json
 from southbound.discovery import DiscoveryResult
 from southbound.events import TargetHealth
@@ -166,7 +166,8 @@ def fabric_discover(
             address_plan=plan,
             name=name,
         )
-        result = fleet.discover(attempts=attempts)
+        with progress(f"asking {len(targets_file.targets)} switches"):
+            result = fleet.discover(attempts=attempts)
         status = fleet.status()
         if output is not None:
             save_fabric(result.fabric, output)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from c4p import report
 from c4p.cli.common import JsonOption, console, emit, guarded, parse_sets
@@ -13,16 +14,36 @@ from c4p.errors import C4pError
 from c4p.files import load_fabric, save_fabric
 from topology.analysis import summarize
 from topology.generators import GENERATORS, generate, sized_for_gpus
+from topology.generators.registry import FabricKind
 
 fabric_app = typer.Typer(help="Generate and inspect fabric files.", no_args_is_help=True)
 
 
-@fabric_app.command("generate")
+def keys_help() -> str:
+    """Each kind's ``--set`` keys for ``--help`` (required ones marked with ``*``)."""
+    lines = []
+    for kind, generator in GENERATORS.items():
+        keys = [
+            f"{name}{'*' if f.is_required() else ''}"
+            for name, f in generator.params.model_fields.items()
+            if name not in ("hash_profiles", "addresses")
+        ]
+        lines.append(f"{kind}: {', '.join(keys)}")
+    return (
+        "Size it with --gpus N, or give the keys marked * with --set KEY=VALUE. "
+        "Keys per kind:\n\n" + "\n\n".join(lines)
+    )
+
+
+@fabric_app.command("generate", epilog=keys_help())
 def fabric_generate(
-    kind: Annotated[str, typer.Argument(help=f"One of: {', '.join(GENERATORS)}.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Fabric file (.yaml or .json).")],
+    kind: Annotated[FabricKind, typer.Argument(help="The fabric's shape.")],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Fabric file (.yaml or .json; '-': stdout).")
+    ],
     gpus: Annotated[
-        int | None, typer.Option(help="Size the fabric for this many GPUs (one NIC each).")
+        int | None,
+        typer.Option(min=1, help="Size the fabric for this many GPUs (one NIC each)."),
     ] = None,
     sets: Annotated[
         list[str] | None,
@@ -33,14 +54,23 @@ def fabric_generate(
     """Generate a leaf-spine, rail-optimized, fat-tree or dual-plane fabric."""
 
     def body() -> None:
-        if kind not in GENERATORS:
-            raise C4pError(f"unknown fabric kind {kind!r}; choose one of {', '.join(GENERATORS)}")
         params = parse_sets(sets or [])
-        fabric = sized_for_gpus(kind, gpus, **params) if gpus else generate(kind, **params)
+        try:
+            fabric = sized_for_gpus(kind, gpus, **params) if gpus else generate(kind, **params)
+        except ValidationError as exc:
+            missing = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "missing"]
+            if gpus is not None or not missing:
+                raise
+            keys = " ".join(f"--set {k}=N" for k in missing)
+            raise C4pError(
+                f"fabric {kind.value} needs a size: --gpus N, or {keys} (see --help for every key)"
+            ) from None
         save_fabric(fabric, output)
         summary = summarize(fabric)
 
         def render() -> None:
+            if str(output) == "-":  # the fabric went to standard output: nothing else there
+                return
             report.print_summary(console, summary)
             console.print(f"wrote {output}")
 

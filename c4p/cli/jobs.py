@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -10,8 +11,18 @@ import typer
 from c4p import report
 from c4p.cli.common import JsonOption, console, emit, guarded
 from c4p.files import load_fabric, save_model
+from solver.jobs import Layout, Pattern
 from solver.patterns import derive_workload
-from solver.placement import JobsGenParams, generate_jobs
+from solver.placement import JobsGenParams, PlacementMode, generate_jobs
+
+
+class GenPattern(StrEnum):
+    """The patterns a generator can lay out (``explicit`` needs connections from a person)."""
+
+    RING = Pattern.RING.value
+    ALL_TO_ALL = Pattern.ALL_TO_ALL.value
+    TREE = Pattern.TREE.value
+
 
 jobs_app = typer.Typer(help="Generate job (flow intent) files.", no_args_is_help=True)
 
@@ -19,16 +30,20 @@ jobs_app = typer.Typer(help="Generate job (flow intent) files.", no_args_is_help
 @jobs_app.command("generate")
 def jobs_generate(
     fabric_path: Annotated[Path, typer.Option("--fabric", help="Fabric file to place jobs on.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Jobs file (.yaml or .json).")],
-    count: Annotated[int, typer.Option("--count", help="Number of jobs.")] = 1,
-    hosts: Annotated[int, typer.Option(help="Hosts per job (every NIC of a host is a rank).")] = 4,
-    pattern: Annotated[str, typer.Option(help="ring | all-to-all | tree.")] = "ring",
-    ring: Annotated[str, typer.Option(help="Ring/tree layout: rail | flat.")] = "rail",
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Jobs file (.yaml or .json; '-': stdout).")
+    ],
+    count: Annotated[int, typer.Option("--count", min=1, help="Number of jobs.")] = 1,
+    hosts: Annotated[
+        int, typer.Option(min=1, help="Hosts per job (every NIC of a host is a rank).")
+    ] = 4,
+    pattern: Annotated[GenPattern, typer.Option(help="How the ranks connect.")] = GenPattern.RING,
+    ring: Annotated[Layout, typer.Option(help="Ring/tree layout.")] = Layout.RAIL,
     placement: Annotated[
-        str, typer.Option(help="contiguous | random | fragmented.")
-    ] = "contiguous",
-    channels: Annotated[int, typer.Option(help="Channels per connection.")] = 1,
-    qps: Annotated[int, typer.Option(help="QPs per connection.")] = 1,
+        PlacementMode, typer.Option(help="Where jobs land on the fabric.")
+    ] = PlacementMode.CONTIGUOUS,
+    channels: Annotated[int, typer.Option(min=1, help="Channels per connection.")] = 1,
+    qps: Annotated[int, typer.Option(min=1, help="QPs per connection.")] = 1,
     seed: Annotated[int, typer.Option(help="Seed for random and fragmented placement.")] = 0,
     json_path: JsonOption = None,
 ) -> None:
@@ -53,6 +68,8 @@ def jobs_generate(
         save_model(jobs, output)
 
         def render() -> None:
+            if str(output) == "-":  # the jobs went to standard output: nothing else there
+                return
             report.print_jobs(console, jobs, workload.flows)
             console.print(f"wrote {output}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -9,15 +10,16 @@ import typer
 
 from c4p import report
 from c4p.agent.static import host_files, write_host_files
-from c4p.cli.common import JsonOption, console, emit, guarded
+from c4p.cli.common import JsonOption, check_number, console, emit, guarded, progress
 from c4p.errors import C4pError
-from c4p.files import load_fabric, load_model, save_model
+from c4p.files import load_fabric, load_model, save_model, write_text
 from solver.ecmp import ecmp_paths
 from solver.evaluate import evaluate
+from solver.flows import Flow
 from solver.jobs import JobsFile
 from solver.patterns import derive_workload
 from solver.planner import STRATEGIES, plan
-from solver.plans import PlanFile
+from solver.plans import PlanFile, plan_json_text
 from solver.result import Plan
 from southbound.bindings import bindings_for_paths
 from southbound.routes import routes_from_flows
@@ -34,6 +36,27 @@ def apply_link_changes(fabric: Fabric, fail: list[str], drain: list[str]) -> Fab
     return fabric.with_link_status(changes) if changes else fabric
 
 
+def match_previous_plan(
+    before: PlanFile, fabric: Fabric, flows: Sequence[Flow], path: Path
+) -> dict[str, int]:
+    """How the previous plan's flows match these jobs' (by flow id); refuses a plan made for
+    another fabric, or one sharing no flow with these jobs (a plan for other jobs)."""
+    if before.fabric != fabric.name:
+        raise C4pError(
+            f"--previous {path}: the plan is for fabric {before.fabric!r}, not {fabric.name!r}; "
+            "give the plan in force on this fabric, or plan without --previous"
+        )
+    now = {f.id for f in flows}
+    then = {p.id for p in before.flows}
+    matched = len(now & then)
+    if now and then and not matched:
+        raise C4pError(
+            f"--previous {path}: none of its {len(then)} flows is a flow of these jobs "
+            f"(e.g. {min(then)!r}); it was made for other jobs"
+        )
+    return {"matched": matched, "new": len(now - then), "gone": len(then - now)}
+
+
 LinkOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -46,7 +69,7 @@ def plan_cmd(
     fabric_path: Annotated[Path, typer.Option("--fabric", help="Fabric file.")],
     jobs_path: Annotated[Path, typer.Option("--jobs", help="Jobs file.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Plan file to write.")],
-    budget: Annotated[float, typer.Option(help="Seconds the search may take.")] = 5.0,
+    budget: Annotated[float, typer.Option(help="Seconds the search may take (0 to 3600).")] = 5.0,
     fail: LinkOption = None,
     drain: LinkOption = None,
     previous_path: Annotated[
@@ -78,26 +101,39 @@ def plan_cmd(
     """Plan every flow's path; compare with ECMP, greedy and the lower bound."""
 
     def body() -> None:
+        check_number("--budget", budget, 0.0, 3600.0)
         if strategy not in STRATEGIES:
             raise C4pError(f"--strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
-        base = load_fabric(fabric_path)
-        fabric = apply_link_changes(base, fail or [], drain or [])
-        workload = derive_workload(fabric, load_model(JobsFile, jobs_path), str(jobs_path))
+        with progress(f"loading {fabric_path} and {jobs_path}"):
+            base = load_fabric(fabric_path)
+            fabric = apply_link_changes(base, fail or [], drain or [])
+            workload = derive_workload(fabric, load_model(JobsFile, jobs_path), str(jobs_path))
         previous = None
+        matching: dict[str, int] | None = None
         if previous_path is not None:
-            previous = Plan.from_plan_file(load_model(PlanFile, previous_path), fabric)
-        ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
-        greedy = plan(fabric, workload, strategy="greedy", seed=seed)
-        result = plan(fabric, workload, previous, budget=budget, seed=seed, strategy=strategy)
-        save_model(result.to_plan_file(), output)
-        evaluations = {
-            "ecmp": evaluate(fabric, workload, ecmp.paths),
-            "c4p": evaluate(fabric, workload, result.paths),
-        }
+            before = load_model(PlanFile, previous_path)
+            matching = match_previous_plan(before, fabric, workload.flows, previous_path)
+            previous = Plan.from_plan_file(before, fabric)
+        with progress(f"planning {len(workload.flows):,} flows (budget {budget:g} s)"):
+            ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
+            greedy = plan(fabric, workload, strategy="greedy", seed=seed)
+            result = plan(fabric, workload, previous, budget=budget, seed=seed, strategy=strategy)
+        if output.suffix.lower() == ".json":  # the common case, written without a model per flow
+            write_text(output, plan_json_text(fabric, result.flows, result.paths,
+                                              result.strategy, result.seed))  # fmt: skip
+        else:
+            save_model(result.to_plan_file(), output)
+        with progress("evaluating ECMP and the plan"):
+            evaluations = {
+                "ecmp": evaluate(fabric, workload, ecmp.paths),
+                "c4p": evaluate(fabric, workload, result.paths),
+            }
         comparison = report.PlanComparison(
             ecmp=evaluations["ecmp"], greedy=greedy, c4p=result, c4p_eval=evaluations["c4p"]
         )
         data = report.plan_json(comparison)
+        if matching is not None:
+            data["previous"] = matching
         check = None
         if bindings_path is not None or bindings_dir is not None:
             routes = routes_from_flows(workload.flows, result.paths)
@@ -118,7 +154,16 @@ def plan_cmd(
             }
 
         def render() -> None:
+            if str(output) == "-":  # the plan went to standard output: nothing else there
+                return
             report.print_plan(console, fabric, comparison, previous is not None)
+            if matching is not None and (matching["new"] or matching["gone"]):
+                console.print(
+                    f"  previous plan: {matching['matched']} flows matched by id, "
+                    f"{matching['new']} new (placed fresh), {matching['gone']} no longer in "
+                    "the jobs (dropped)",
+                    highlight=False,
+                )
             if check is not None:
                 console.print(check.summary(), highlight=False)
                 console.print(f"wrote {bindings_path}")

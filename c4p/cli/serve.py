@@ -39,8 +39,9 @@ def serve(
     """Serve the flow-intent and admin APIs until SIGINT/SIGTERM."""
     from c4p.cli.common import guarded
     from c4p.files import write_text
-    from c4p.serve import ServeConfig, load_config, run
+    from c4p.serve import ServeConfig, load_config
     from c4p.service import telemetry
+    from c4p.service.runtime import run
 
     def body() -> ServeConfig:
         return load_config(config)
@@ -55,7 +56,10 @@ def serve(
         if ready_file is not None:
             write_text(ready_file, address + "\n")
 
-    guarded(lambda: run(settings, ready))  # discovery may refuse to start
+    try:
+        guarded(lambda: run(settings, ready))  # the store, discovery or a port may refuse
+    except KeyboardInterrupt:  # SIGINT before the service's own handlers are in place
+        raise typer.Exit(code=130) from None
 
 
 serve_app.command()(serve)  # alone, a one-command app runs it directly

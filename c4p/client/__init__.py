@@ -13,8 +13,9 @@ Imports only grpc and protobuf, never the server side.
 
 from c4p.client.aio import AsyncFlowIntentClient, AsyncJobSession
 from c4p.client.mirror import Action, AppliedBinding, BindingChange, BindingMirror
-from c4p.client.sync import AdminClient, Backoff, BindingWatch, FlowIntentClient, JobSession
+from c4p.client.sync import AdminClient, BindingWatch, FlowIntentClient, JobSession
 from c4p.client.wire import ApiError, ClientTls, communicator, connection
+from topology.backoff import Backoff
 
 __all__ = [
     "Action",

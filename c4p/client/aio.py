@@ -20,9 +20,9 @@ import grpc
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
 from c4p.client.mirror import BindingChange, BindingMirror, OnChange, control_mode_name
-from c4p.client.sync import Backoff
 from c4p.client.wire import FLOW, ApiError, ClientTls, auth, secure_aio_channel
 from c4p.client.wire import control_mode as control_mode_pb
+from topology.backoff import Backoff
 
 R = TypeVar("R")
 

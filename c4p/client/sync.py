@@ -16,7 +16,6 @@ A :class:`BindingWatch` runs the stream on a thread of its own and keeps a
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 import uuid
@@ -32,25 +31,9 @@ from c4p.api.v1 import intents_pb2 as pb
 from c4p.client.mirror import BindingMirror, OnChange, control_mode_name
 from c4p.client.wire import ADMIN, FLOW, ApiError, ClientTls, auth, secure_channel
 from c4p.client.wire import control_mode as control_mode_pb
+from topology.backoff import Backoff
 
 R = TypeVar("R")
-
-
-class Backoff:
-    """Exponential backoff with full jitter: ``uniform(0, min(cap, base * 2**n))``."""
-
-    def __init__(self, base: float = 0.1, cap: float = 5.0, seed: int | None = None) -> None:
-        self.base, self.cap = base, cap
-        self.attempt = 0
-        self._random = random.Random(seed)
-
-    def next(self) -> float:
-        delay = self._random.uniform(self.base / 2, min(self.cap, self.base * 2**self.attempt))
-        self.attempt += 1
-        return delay
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 def _unary(channel: grpc.Channel, path: str, response: Any) -> Any:

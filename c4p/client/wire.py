@@ -29,6 +29,7 @@ from typing import Any
 import grpc
 
 from c4p.api.v1 import intents_pb2 as pb
+from topology.errors import C4pError
 
 RETRYABLE = frozenset(
     {
@@ -96,18 +97,15 @@ def auth(token: str | None) -> tuple[tuple[str, str], ...]:
     return () if not token else (("authorization", f"Bearer {token}"),)
 
 
-class ApiError(Exception):
+class ApiError(C4pError):
     """A call the controller refused or could not answer (see the module docstring)."""
 
     def __init__(self, code: grpc.StatusCode, details: str, problems: list[tuple[str, str]]):
         self.code = code
         self.details = details
         self.problems = problems
+        self.retryable = code in RETRYABLE
         super().__init__(f"{code.name}: {details}")
-
-    @property
-    def retryable(self) -> bool:
-        return self.code in RETRYABLE
 
     @classmethod
     def from_rpc(cls, exc: grpc.RpcError) -> ApiError:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from c4p.errors import C4pError
+from topology.errors import C4pError
 
 Problem = tuple[str, str]
 """``(field path, reason)``; the field path uses the API's spelling (``communicators[2].qps``)."""

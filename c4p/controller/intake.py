@@ -19,9 +19,10 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import islice
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from c4p.controller.errors import (
     AlreadyExists,
@@ -44,15 +45,14 @@ from c4p.store.base import (
 from solver.errors import JobError
 from solver.jobs import CommunicatorSpec, JobsFile, JobSpec, RankNic, find_job_problems, job_ranks
 from solver.patterns import derive_workload
+from topology.base import Frozen
 from topology.errors import TopologyError
 from topology.formats import problems_of
 from topology.model import LinkStatus
 
 
-class IntakeLimits(BaseModel):
+class IntakeLimits(Frozen):
     """What one job and one request may ask for (protects the planner and the store)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_jobs: int = Field(default=4096, ge=1)
     max_ranks_per_job: int = Field(default=65_536, ge=1)
@@ -60,6 +60,15 @@ class IntakeLimits(BaseModel):
     max_communicators_per_request: int = Field(default=256, ge=1)
     max_connections_per_communicator: int = Field(default=65_536, ge=1)
     max_flows_per_job: int = Field(default=262_144, ge=1)
+    max_jobs_per_tenant: int = Field(default=1024, ge=1, description="Jobs of one tenant.")
+    max_flows_per_tenant: int = Field(
+        default=1_048_576, ge=1, description="Flows (QPs) of all the jobs of one tenant."
+    )
+
+
+MAX_PROBLEMS = 100
+"""Problems collected for one request: enough to fix it, bounded in memory (a request naming a
+million bad ranks must not build a million messages)."""
 
 
 class Outcome(StrEnum):
@@ -125,6 +134,55 @@ class Intake:
         self.limits = limits
         self.clock = clock
 
+    # -- sizes, judged before anything is expanded ---------------------------------------------
+
+    def admit_registration(self, hosts: int, ranks: int) -> None:
+        """Refuse a registration whose lists are too long before they are copied or checked
+        (the counts come straight from the message)."""
+        fabric_hosts = len(self.state.fabric.hosts)
+        if hosts > fabric_hosts:
+            raise InvalidRequest(f"{hosts} hosts; the fabric has {fabric_hosts}", "hosts")
+        if ranks > self.limits.max_ranks_per_job:
+            raise LimitExceeded(
+                f"{ranks} ranks; at most {self.limits.max_ranks_per_job} per job", "ranks"
+            )
+
+    def admit_submission(
+        self,
+        job_id: str,
+        communicators: Sequence[tuple[int, int]],
+        withdraw: int,
+    ) -> None:
+        """Refuse a submission whose lists are too long before they are copied or checked:
+        ``communicators`` holds each one's (ranks, connections) counts from the message."""
+        limits = self.limits
+        if len(communicators) > limits.max_communicators_per_request:
+            raise LimitExceeded(
+                f"{len(communicators)} communicators; at most "
+                f"{limits.max_communicators_per_request} per request",
+                "communicators",
+            )
+        if withdraw > limits.max_communicators_per_job:
+            raise LimitExceeded(
+                f"{withdraw} ids; a job has at most {limits.max_communicators_per_job}", "withdraw"
+            )
+        with self.state.lock:
+            entry = self.state.jobs.get(job_id)
+            size = len(entry.ranks) if entry is not None else 0
+        problems: list[Problem] = []
+        for i, (ranks, connections) in enumerate(communicators):
+            if ranks > size:
+                problems.append((f"communicators[{i}].ranks", f"{ranks} ranks; the job has {size}"))
+            if connections > limits.max_connections_per_communicator:
+                problems.append(
+                    (f"communicators[{i}].connections", f"{connections} connections; at most "
+                     f"{limits.max_connections_per_communicator}")
+                )  # fmt: skip
+            if len(problems) >= MAX_PROBLEMS:
+                break
+        if problems:
+            raise InvalidRequest(problems)
+
     # -- jobs ------------------------------------------------------------------------------------
 
     def register(self, fields: Mapping[str, Any]) -> Registered:
@@ -172,6 +230,13 @@ class Intake:
                 raise AlreadyExists(f"job {spec.id!r} is already registered", "job_id")
             if len(self.state.jobs) >= self.limits.max_jobs:
                 raise LimitExceeded(f"the controller holds {self.limits.max_jobs} jobs", "job_id")
+            same_tenant = sum(1 for e in self.state.jobs.values() if e.record.tenant == tenant)
+            if same_tenant >= self.limits.max_jobs_per_tenant:
+                raise LimitExceeded(
+                    f"tenant {tenant!r} holds {same_tenant} jobs; at most "
+                    f"{self.limits.max_jobs_per_tenant}",
+                    "tenant",
+                )
             record = JobRecord(
                 job_id=spec.id,
                 tenant=tenant,
@@ -239,10 +304,26 @@ class Intake:
                     continue
                 if not plan.upserts and not plan.withdrawn:
                     return Submitted(record.revision, False, plan.results, plan.flows)
+                self._tenant_flows(record, plan.flows)
                 new = record.model_copy(update={"revision": record.revision + 1})
                 self.state.put_intents(self.store, new, plan.upserts, plan.withdrawn)
                 return Submitted(new.revision, True, plan.results, plan.flows)
         raise PreconditionFailed(f"job {job_id!r} changed concurrently; retry", "job_id")
+
+    def _tenant_flows(self, record: JobRecord, flows: int) -> None:
+        """Refuse a submission that would take the job's tenant over its flows (under the
+        state lock, so racing submissions of one tenant cannot both pass)."""
+        others = sum(
+            e.flows
+            for j, e in self.state.jobs.items()
+            if e.record.tenant == record.tenant and j != record.job_id
+        )
+        limit = self.limits.max_flows_per_tenant
+        if others + flows > limit:
+            raise LimitExceeded(
+                f"tenant {record.tenant!r} would have {others + flows:,} flows; at most {limit:,}",
+                "communicators",
+            )
 
     def _check(
         self,
@@ -387,7 +468,7 @@ class Intake:
             communicators=tuple(upserts[c][1] for c in order),
         )
         jobs = JobsFile(jobs=(spec,))
-        found = list(find_job_problems(self.state.fabric, jobs))
+        found = list(islice(find_job_problems(self.state.fabric, jobs), MAX_PROBLEMS))
         if found:
             problems = []
             for path, reason in found:
@@ -469,14 +550,18 @@ class Intake:
             override = LinkOverride(
                 link_id=link_id, status=LinkStatus.DRAINED, reason=reason, at=self.clock()
             )
-            return link_id, True, self.state.set_override(self.store, override, link_id)
+            return (
+                link_id,
+                True,
+                self.state.set_override(self.store, override, link_id, self.clock()),
+            )
 
     def restore(self, link: str) -> tuple[str, bool, int]:
         link_id = self.link_id(link)
         with self.state.lock:
             if link_id not in self.state.overrides:
                 return link_id, False, self.state.revision
-            return link_id, True, self.state.set_override(self.store, None, link_id)
+            return link_id, True, self.state.set_override(self.store, None, link_id, self.clock())
 
 
 @dataclass(frozen=True)

@@ -27,22 +27,21 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from c4p.controller.reconcile import Reconciler, StepOutcome
 from c4p.controller.state import ControllerState
 from c4p.controller.triggers import Debouncer, Key, KeyKind
 from c4p.store.base import DecisionRecord
+from topology.base import Frozen
 from topology.errors import TopologyError
 from topology.model import LinkStatus
 
 log = logging.getLogger("c4p.controller")
 
 
-class LoopSettings(BaseModel):
+class LoopSettings(Frozen):
     """Batching and timers of the reconcile loop."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     debounce_s: float = Field(default=0.05, ge=0, le=60, description="Quiet time of a burst.")
     max_delay_s: float = Field(
@@ -216,8 +215,7 @@ class ControllerLoop:
 
     def _schedule_held(self) -> None:
         now = self.clock()
-        with self.state.lock:
-            at = self.state.tracker.next_change(now)
+        at = self.state.next_link_change(now)
         if at is not None:
             self._later("held", at - now + 0.01, Key(KeyKind.TIMER, "held-link"))
 

@@ -23,12 +23,21 @@ The step, in order:
    and the links over line rate either way: the evidence of a staged rollout.
 6. :meth:`ControllerState.commit`: store first, then memory; a new epoch and a decision.
 
-Any exception in 2-5 is a *failed* decision: logged, nothing changes, the loop retries later.
-
 Control modes: ``off`` jobs are left out of the plan; ``shadow`` jobs are planned, bound and
 predicted with the active ones (so that activating one later moves nothing else), but their
 bindings go to the state's shadow set, not to the data plane; every binding a non-active job
 holds is withdrawn, which its stream shows as "back to the default ports".
+
+Any exception in 2-5 first looks for the jobs that cause it: the jobs are planned in halves
+(bisection, a bounded number of quick probes with no search budget) until the job or jobs whose
+intents cannot be planned are found. Those jobs are that step's failure, not the controller's:
+they go ``FAILED`` with the reason and keep their bindings in force (fail-static), they stay out
+of planning until their intents change, and every other job is planned as usual. Only when no
+culprit can be singled out (the failure comes from the jobs together, or from the fabric) is
+the whole step a *failed* decision: logged, nothing changes, the loop retries later.
+
+Every number of a decision is finite before it is written (``DecisionRecord`` refuses
+``inf``/``NaN``): a non-finite figure in the log once made ``GetDecisionLog`` fail for good.
 """
 
 from __future__ import annotations
@@ -36,13 +45,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from c4p.controller.learning import LearningPorts
-from c4p.controller.state import ControllerState, PlanInputs, StepDraft
+from c4p.controller.state import ControllerState, JobInput, PlanInputs, StepDraft
 from c4p.controller.triggers import Key, KeyKind, describe
 from c4p.store.base import (
     ControlMode,
@@ -71,6 +80,7 @@ from southbound.bindings import (
 )
 from southbound.ports import PortSource, PredictedPorts
 from southbound.routes import QpKey, routes_from_flows
+from topology.base import Frozen
 from topology.errors import TopologyError
 from topology.model import Fabric, LinkStatus
 
@@ -80,10 +90,8 @@ PortSourceFactory = Callable[[Fabric], PortSource]
 """Where ports come from on a snapshot: the hash model now; learned probe tables plug in here."""
 
 
-class PlannerSettings(BaseModel):
+class PlannerSettings(Frozen):
     """How the controller calls the planner."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     budget_s: float = Field(default=2.0, ge=0, le=600, description="Search time per plan.")
     seed: int = Field(default=0, ge=0, description="Seed of the solver (plans are repeatable).")
@@ -131,6 +139,14 @@ def _finite(value: float) -> float:
     return value if math.isfinite(value) else 1e9
 
 
+def _finite_or_zero(value: float | None) -> float:
+    return value if value is not None and math.isfinite(value) else 0.0
+
+
+MAX_PROBES = 64
+"""Quick plans spent looking for the jobs that make a step fail (bisection over the jobs)."""
+
+
 class Reconciler:
     """Runs steps against one state and store (see the module docstring)."""
 
@@ -145,6 +161,8 @@ class Reconciler:
         self.store = store
         self.settings = settings
         self._ports_for = ports or PredictedPorts
+        self._quarantine: dict[tuple[str, int, int], str] = {}
+        """(job, incarnation, revision) -> why its intents cannot be planned (until they change)."""
         self._snapshot_key: tuple[tuple[int, LinkStatus], ...] | None = None
         self._snapshot = state.fabric
         self._ports: PortSource | None = None
@@ -173,27 +191,24 @@ class Reconciler:
     def step(self, now: float, keys: Sequence[Key]) -> StepOutcome | None:
         """One reconcile step at wall time ``now``; ``None`` when nothing needed doing."""
         inputs = self.state.plan_inputs(now)
-        off = tuple(j.job_id for j in inputs.jobs if j.mode is ControlMode.OFF)
         force = any(k.force for k in keys)
         if inputs.fingerprint == inputs.last_fingerprint and not force:
             self.state.covered(inputs.revision)
             return None
         epoch = inputs.epoch + 1
-        base = DecisionRecord(
-            sequence=1,
-            epoch=epoch,
-            at=now,
-            reason=describe(keys) or "reconcile",
-            triggers=tuple(str(k) for k in keys),
-            result=DecisionResult.PLANNED,
-            covers_revision=inputs.revision,
-            fingerprint=inputs.fingerprint,
-            job_revisions={j.job_id: j.revision for j in inputs.jobs},
-            jobs_on_links=tuple(self._jobs_on_links(keys)),
-            jobs_off=off,
-        )
+        planned = self._without_quarantined(inputs)
+        base = self._base(planned, keys, now, epoch)
+        culprits: dict[str, str] = {}
         try:
-            draft, result = self._draft(inputs, base, epoch)
+            try:
+                draft, result = self._draft(planned, base, epoch)
+            except Exception as exc:
+                culprits = self._culprits(planned, base, epoch, exc)
+                if not culprits:
+                    raise
+                planned = self._without(planned, culprits)
+                base = self._base(planned, keys, now, epoch)
+                draft, result = self._draft(planned, base, epoch)
             decision, changed = self.state.commit(self.store, draft)
         except Exception as exc:  # fail-static: log it, keep everything as it is
             log.exception("plan failed", extra={"event": "plan-failed", "epoch": inputs.epoch})
@@ -213,7 +228,92 @@ class Reconciler:
             return StepOutcome(failed, frozenset(j.job_id for j in inputs.jobs), failed=True)
         if result is not None:
             self._previous = result
+        if culprits:
+            changed = changed | self.state.fail_jobs(culprits, inputs, decision.epoch)
         return StepOutcome(decision, changed)
+
+    def _base(
+        self, inputs: PlanInputs, keys: Sequence[Key], now: float, epoch: int
+    ) -> DecisionRecord:
+        return DecisionRecord(
+            sequence=1,
+            epoch=epoch,
+            at=now,
+            reason=describe(keys) or "reconcile",
+            triggers=tuple(str(k) for k in keys),
+            result=DecisionResult.PLANNED,
+            covers_revision=inputs.revision,
+            fingerprint=inputs.fingerprint,
+            job_revisions={j.job_id: j.revision for j in inputs.jobs},
+            jobs_on_links=tuple(self._jobs_on_links(keys)),
+            jobs_off=tuple(j.job_id for j in inputs.jobs if j.mode is ControlMode.OFF),
+        )
+
+    # -- isolating the jobs that cannot be planned -----------------------------------------------
+
+    def _without_quarantined(self, inputs: PlanInputs) -> PlanInputs:
+        """``inputs`` without the jobs whose current intents are known not to plan."""
+        current = {(j.job_id, j.incarnation, j.revision) for j in inputs.jobs}
+        self._quarantine = {k: v for k, v in self._quarantine.items() if k in current}
+        skip = {k[0] for k in self._quarantine}
+        return self._without(inputs, skip) if skip else inputs
+
+    @staticmethod
+    def _without(inputs: PlanInputs, jobs: Iterable[str]) -> PlanInputs:
+        """The plan inputs without ``jobs`` (their bindings in force stay, untouched)."""
+        gone = set(jobs)
+        return replace(inputs, jobs=tuple(j for j in inputs.jobs if j.job_id not in gone))
+
+    def _culprits(
+        self, inputs: PlanInputs, base: DecisionRecord, epoch: int, error: Exception
+    ) -> dict[str, str]:
+        """The jobs whose intents make planning fail, found by bisection (empty: none can be
+        singled out); each is quarantined at its current revision with the reason."""
+        candidates = [j for j in inputs.jobs if j.spec is not None]
+        probes = 0
+
+        def plans(jobs: list[JobInput]) -> bool:
+            nonlocal probes
+            probes += 1
+            try:
+                self._draft(replace(inputs, jobs=tuple(jobs)), base, epoch, budget=0.0)
+            except Exception:
+                return False
+            return True
+
+        def search(jobs: list[JobInput]) -> list[JobInput]:
+            if len(jobs) == 1:
+                return jobs
+            half = len(jobs) // 2
+            found: list[JobInput] = []
+            for part in (jobs[:half], jobs[half:]):
+                if probes < MAX_PROBES and not plans(part):
+                    found += search(part)
+            return found
+
+        if len(candidates) < 1:
+            return {}
+        bad = search(candidates) if len(candidates) > 1 else candidates
+        if not bad or (len(bad) == len(candidates) and len(candidates) > 1):
+            return {}  # the jobs fail together, or the failure is not theirs
+        if len(candidates) == 1 and not self._fails_alone(inputs, base, epoch):
+            return {}
+        why = f"its intents cannot be planned ({type(error).__name__}: {error})"[:500]
+        for job in bad:
+            self._quarantine[(job.job_id, job.incarnation, job.revision)] = why
+            log.warning(
+                "job cannot be planned",
+                extra={"event": "job-unplannable", "job": job.job_id, "error": why},
+            )
+        return {job.job_id: why for job in bad}
+
+    def _fails_alone(self, inputs: PlanInputs, base: DecisionRecord, epoch: int) -> bool:
+        """With one job: is it the job (planning with no jobs works) or the fabric?"""
+        try:
+            self._draft(replace(inputs, jobs=()), base, epoch, budget=0.0)
+        except Exception:
+            return False
+        return True
 
     def _jobs_on_links(self, keys: Sequence[Key]) -> list[str]:
         links = []
@@ -226,7 +326,7 @@ class Reconciler:
         return self.state.jobs_on_links(links) if links else []
 
     def _draft(
-        self, inputs: PlanInputs, base: DecisionRecord, epoch: int
+        self, inputs: PlanInputs, base: DecisionRecord, epoch: int, budget: float | None = None
     ) -> tuple[StepDraft, Plan | None]:
         snapshot, ports = self.snapshot(inputs.link_status)
         specs = tuple(
@@ -246,7 +346,7 @@ class Reconciler:
                 snapshot,
                 workload,
                 self._previous,
-                budget=s.budget_s,
+                budget=s.budget_s if budget is None else budget,
                 seed=s.seed,
                 strategy=s.strategy,
             )
@@ -282,10 +382,10 @@ class Reconciler:
                     "status": result.status,
                     "flows": len(result.flows),
                     "moved": len(result.moved),
-                    "max_utilization": result.objective.max_utilization,
+                    "max_utilization": _finite(result.objective.max_utilization),
                     "links_at_max": result.objective.links_at_max,
-                    "bound": result.bounds.best,
-                    "combinatorial_bound": result.bounds.combinatorial,
+                    "bound": _finite(result.bounds.best),
+                    "combinatorial_bound": _finite(result.bounds.combinatorial),
                     "lp_bound": result.bounds.lp,
                     "solver_bound": result.bounds.solver,
                     "gap": _finite(result.gap),
@@ -307,6 +407,8 @@ class Reconciler:
                 "ecmp_seed": self.settings.seed,
             }
         )
+        # Validated, not copied: a non-finite figure fails this step instead of the log.
+        decision = DecisionRecord.model_validate(decision.model_dump())
         issues = {job: tuple(found) for job, found in issues_by_job.items()}
         return (
             StepDraft(
@@ -398,9 +500,9 @@ class Reconciler:
         predictions = {
             j.job: JobPredictionRecord(
                 job_id=j.job,
-                busbw_gbps=j.busbw_gbps or 0.0,
-                line_rate_gbps=j.line_rate_gbps or 0.0,
-                busbw_fraction=j.busbw_fraction or 0.0,
+                busbw_gbps=_finite_or_zero(j.busbw_gbps),
+                line_rate_gbps=_finite_or_zero(j.line_rate_gbps),
+                busbw_fraction=_finite_or_zero(j.busbw_fraction),
                 slowest_communicator=j.slowest_communicator or "",
                 control=modes[j.job],
                 ecmp_busbw_gbps=ecmp_busbw.get(j.job, 0.0),

@@ -21,6 +21,12 @@ inputs, so a mode change is planned like any other change. ``held`` holds only w
 on the data plane (active jobs); a shadow job's bindings live in ``shadow`` (in memory: they
 never reach a data plane, and the next plan recomputes them). ``JobEntry.control`` is the mode
 of the last committed plan, which is what a job's stream shows.
+Operator drains and restores (``DrainLink``/``RestoreLink``, which fault detectors drive) pass
+through a :class:`~c4p.controller.triggers.LinkTracker` of their own with the same
+:class:`~c4p.controller.triggers.FlapSettings` as observed link events: a drain acts at once, a
+restore is held for ``hold_up_s``, and a link drained again and again is suppressed. One
+damping policy for every source, so a flapping detector cannot make the controller re-plan at
+its rate.
 """
 
 from __future__ import annotations
@@ -207,6 +213,10 @@ class ControllerState:
         for i, link in enumerate(fabric.links):
             if link.status is not LinkStatus.UP:
                 self.tracker.seed(i, link.status, now)
+        self.operator = LinkTracker(flap)
+        """Operator drains, damped like observed events (see the module docstring)."""
+        for link_id in stored.overrides:
+            self.operator.seed(fabric.index.link_number(link_id), LinkStatus.DRAINED, now)
         self.tombstone_horizon = tombstone_horizon
         self.epoch = stored.epoch
         self.fingerprint = stored.fingerprint
@@ -358,14 +368,21 @@ class ControllerState:
             self.shadow.pop(job_id, None)
             return self.bump()
 
-    def set_override(self, store: Store, override: LinkOverride | None, link_id: str) -> int:
+    def set_override(
+        self, store: Store, override: LinkOverride | None, link_id: str, now: float
+    ) -> int:
+        """Drain (``override``) or restore a link: durable at once, in effect as the damping
+        policy says (a restore is held like any returning link)."""
+        number = self.fabric.index.link_number(link_id)
         with self.lock:
             if override is None:
                 store.clear_link_override(link_id)
                 self.overrides.pop(link_id, None)
+                self.operator.observe(number, LinkStatus.UP, now)
             else:
                 store.set_link_override(override)
                 self.overrides[link_id] = override
+                self.operator.observe(number, LinkStatus.DRAINED, now)
             return self.bump()
 
     def observe_link(self, link: int, status: LinkStatus, now: float) -> bool:
@@ -380,10 +397,21 @@ class ControllerState:
     def effective_links(self, now: float) -> dict[int, LinkStatus]:
         with self.lock:
             status = self.tracker.effective(now)
-            index = self.fabric.index
-            for link_id in self.overrides:
-                status[index.link_number(link_id)] = LinkStatus.DRAINED
+            for link in self.operator.effective(now):  # drained, or restored but held
+                status[link] = LinkStatus.DRAINED
             return status
+
+    def next_link_change(self, now: float) -> float | None:
+        """When a held link (observed or operator-restored) becomes usable next."""
+        with self.lock:
+            times = [t.next_change(now) for t in (self.tracker, self.operator)]
+        found = [t for t in times if t is not None]
+        return min(found) if found else None
+
+    def operator_held(self, link: int, now: float) -> bool:
+        """Restored by an operator but not yet back in use (hold-down or suppressed)."""
+        with self.lock:
+            return self.operator.held(link, now)
 
     def plan_inputs(self, now: float) -> PlanInputs:
         with self.lock:
@@ -496,6 +524,22 @@ class ControllerState:
                     entry.failed = True
             self._logged(decision, inputs.revision)
             return decision
+
+    def fail_jobs(self, failures: dict[str, str], inputs: PlanInputs, epoch: int) -> frozenset[str]:
+        """Mark the jobs whose intents cannot be planned ``FAILED`` with the reason; their
+        bindings in force stay (fail-static). Returns the jobs whose streams have news."""
+        changed = set()
+        with self.lock:
+            for job in inputs.jobs:
+                entry = self._current(job)
+                if job.job_id not in failures or entry is None:
+                    continue
+                if not entry.failed or entry.reason != failures[job.job_id]:
+                    changed.add(job.job_id)
+                    entry.event_epoch = epoch
+                entry.failed = True
+                entry.reason = failures[job.job_id]
+        return frozenset(changed)
 
     def _logged(self, decision: DecisionRecord, revision: int) -> None:
         self.decision_sequence = decision.sequence

@@ -29,8 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from topology.base import Frozen
 from topology.model import LinkStatus
 
 
@@ -121,11 +122,9 @@ class Debouncer:
         return keys
 
 
-class FlapSettings(BaseModel):
+class FlapSettings(Frozen):
     """Flap damping and hold-down; the defaults suppress a link at its third fall within about
     half a minute, and use it again about a minute after it stops flapping."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     hold_up_s: float = Field(default=2.0, ge=0, description="Stay up this long before use.")
     penalty: float = Field(default=1000.0, gt=0, description="Added at every fall.")

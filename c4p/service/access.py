@@ -14,21 +14,31 @@ on the wire. The rules:
   token of another job is PERMISSION_DENIED, exactly like a job that does not exist, so a token
   cannot even learn which other jobs exist;
 * RegisterJob needs a registration token when the config names any (the launcher's credential),
-  and is open otherwise (development on loopback);
+  and is open otherwise (the config allows that on loopback or behind mTLS only). Each
+  registration credential names the hosts it may place ranks on (glob patterns, default all):
+  a launcher of one cluster partition cannot claim the NICs of another. An admin token may
+  register on any host;
 * admin calls need an admin token; with mTLS the client certificate may further be required to
   carry one of the configured names.
 
+Failed authentications are rate-limited per peer address: once a peer has spent its allowance
+of failures (``failed_auth_per_s``, ``failed_auth_burst``), its calls are refused with
+RESOURCE_EXHAUSTED *before* the credential is even compared, so guessing tokens costs time.
+
 Why rate limits per caller and not global: one misbehaving job (a plugin in a crash loop
 re-submitting intents) must not starve the others. The caller is the job for job-scoped calls,
-the peer address for registrations and "admin" for operator calls. Token buckets refill at
-``requests_per_s`` up to ``burst``; an empty bucket is RESOURCE_EXHAUSTED (retryable: the client
-backs off). The number of buckets is bounded (the least recently used are forgotten, which only
-ever *refills* a forgotten caller).
+the peer address for registrations, and for operator calls the admin credential used, the peer
+address and whether the call reads or changes something: a polling dashboard spends its own
+bucket and can never starve an urgent DrainLink from another operator (or from itself). Token
+buckets refill at ``requests_per_s`` up to ``burst``; an empty bucket is RESOURCE_EXHAUSTED
+(retryable: the client backs off). The number of buckets is bounded (the least recently used
+are forgotten, which only ever *refills* a forgotten caller).
 """
 
 from __future__ import annotations
 
 import base64
+import fnmatch
 import hashlib
 import hmac
 import threading
@@ -36,10 +46,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from c4p.controller.errors import LimitExceeded, PermissionDenied, Unauthenticated
 from c4p.controller.state import ControllerState
+from topology.base import Frozen
 
 TOKEN_PREFIX = "c4pj1."
 
@@ -69,7 +80,7 @@ class Guard:
         state: ControllerState,
         *,
         admin_tokens: Sequence[str],
-        register_tokens: Sequence[str] = (),
+        register_tokens: Sequence[str | tuple[str, Sequence[str]]] = (),
         admin_names: Sequence[str] = (),
     ) -> None:
         if len(secret) < 16:
@@ -77,7 +88,9 @@ class Guard:
         self._secret = secret
         self._state = state
         self._admin = tuple(admin_tokens)
-        self._register = tuple(register_tokens)
+        self._register = tuple(
+            (t, ("*",)) if isinstance(t, str) else (t[0], tuple(t[1])) for t in register_tokens
+        )
         self._admin_names = frozenset(admin_names)
 
     def token_for(self, job_id: str, incarnation: int) -> str:
@@ -96,29 +109,61 @@ class Guard:
             raise PermissionDenied(f"the token does not open job {job_id!r}", "job_id")
         return incarnation
 
-    def register(self, metadata: Mapping[str, str | bytes]) -> None:
+    def register(self, metadata: Mapping[str, str | bytes]) -> tuple[str, ...]:
+        """The host patterns the call's credential may register ranks on (``*``: any)."""
         if not self._register:
-            return
+            return ("*",)
         token = bearer(metadata)
-        if not any(_same(token, t) for t in self._register + self._admin):
-            raise PermissionDenied("not a registration credential", "authorization")
+        if any(_same(token, t) for t in self._admin):
+            return ("*",)
+        for secret, hosts in self._register:
+            if _same(token, secret):
+                return hosts
+        raise PermissionDenied("not a registration credential", "authorization")
 
-    def admin(self, metadata: Mapping[str, str | bytes], peer_names: Sequence[str] = ()) -> None:
+    def admin(self, metadata: Mapping[str, str | bytes], peer_names: Sequence[str] = ()) -> int:
+        """The number of the admin credential the call carries (callers are told apart by it)."""
         if not self._admin:
             raise PermissionDenied("the admin API is disabled (no admin token configured)")
         token = bearer(metadata)
-        if not any(_same(token, t) for t in self._admin):
+        found = [k for k, t in enumerate(self._admin) if _same(token, t)]
+        if not found:
             raise PermissionDenied("not an admin credential", "authorization")
         if self._admin_names and not self._admin_names.intersection(peer_names):
             raise PermissionDenied("the client certificate is not an admin's", "authorization")
+        return found[0]
 
 
-class RateSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def host_problems(
+    hosts: Sequence[str], allowed: Sequence[str], field: str
+) -> list[tuple[str, str]]:
+    """The hosts a registration credential may not place ranks on (glob patterns)."""
+    if "*" in allowed:
+        return []
+    return [
+        (f"{field}[{k}]", f"this credential may not register ranks on host {host!r}")
+        for k, host in enumerate(hosts)
+        if not any(fnmatch.fnmatchcase(host, pattern) for pattern in allowed)
+    ][:20]
 
-    requests_per_s: float = Field(default=50.0, gt=0, description="Sustained calls per caller.")
-    burst: int = Field(default=200, ge=1, description="Calls a caller may make at once.")
+
+class RateSettings(Frozen):
+    requests_per_s: float = Field(
+        default=50.0, gt=0, le=1e6, description="Sustained calls per caller."
+    )
+    burst: int = Field(
+        default=200, ge=1, le=10_000_000, description="Calls a caller may make at once."
+    )
     max_callers: int = Field(default=100_000, ge=1, description="Buckets kept (LRU).")
+    failed_auth_per_s: float = Field(
+        default=1.0, gt=0, le=1e6, description="Failed authentications per peer address, sustained."
+    )
+    failed_auth_burst: int = Field(
+        default=20,
+        ge=1,
+        le=10_000_000,
+        description="Failed authentications a peer may make at once.",
+    )
 
 
 class RateLimiter:
@@ -130,6 +175,17 @@ class RateLimiter:
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
         self.refused = 0
+
+    def check(self, caller: str) -> None:
+        """Raise :class:`LimitExceeded` if the caller's bucket is empty (nothing is spent)."""
+        s = self.settings
+        now = self.clock()
+        with self._lock:
+            tokens, last = self._buckets.get(caller, (float(s.burst), now))
+        tokens = min(float(s.burst), tokens + (now - last) * s.requests_per_s)
+        if tokens < 1.0:
+            wait = (1.0 - tokens) / s.requests_per_s
+            raise LimitExceeded(f"too many failed authentications; retry in {wait:.2f} s")
 
     def take(self, caller: str, cost: float = 1.0) -> None:
         """Spend ``cost`` from the caller's bucket, or raise :class:`LimitExceeded`."""

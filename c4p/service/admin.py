@@ -66,9 +66,17 @@ class AdminServicer:
             Endpoint("GetFabric", admin.GetFabricRequest, Scope.ADMIN, unary=self.fabric),
             Endpoint("ListJobs", admin.ListJobsRequest, Scope.ADMIN, unary=self.jobs),
             Endpoint("GetPlan", admin.GetPlanRequest, Scope.ADMIN, unary=self.plan),
-            Endpoint("DrainLink", admin.DrainLinkRequest, Scope.ADMIN, unary=self.drain),
-            Endpoint("RestoreLink", admin.RestoreLinkRequest, Scope.ADMIN, unary=self.restore),
-            Endpoint("Replan", admin.ReplanRequest, Scope.ADMIN, unary=self.replan),
+            Endpoint(
+                "DrainLink", admin.DrainLinkRequest, Scope.ADMIN, unary=self.drain, changes=True
+            ),
+            Endpoint(
+                "RestoreLink",
+                admin.RestoreLinkRequest,
+                Scope.ADMIN,
+                unary=self.restore,
+                changes=True,
+            ),
+            Endpoint("Replan", admin.ReplanRequest, Scope.ADMIN, unary=self.replan, changes=True),
             Endpoint("GetDecisionLog", admin.GetDecisionLogRequest, Scope.ADMIN, unary=self.log),
             Endpoint(
                 "SetControlMode", admin.SetControlModeRequest, Scope.ADMIN, unary=self.set_mode
@@ -181,10 +189,14 @@ class AdminServicer:
         if changed:
             self.loop.enqueue(Key(KeyKind.DRAIN, link_id, "restored"))
         number = self.state.fabric.index.link_number(link_id)
-        effective = self.state.effective_links(self.clock()).get(number)
+        now = self.clock()
+        effective = self.state.effective_links(now).get(number)
+        text = effective.value if effective else "up"
+        if effective is LinkStatus.DRAINED and self.state.operator_held(number, now):
+            text = "held"  # restored, back in use after the hold-down (flap damping)
         return admin.LinkChangeResponse(
             link_id=link_id,
-            effective=(effective.value if effective else "up"),
+            effective=text,
             changed=changed,
             decision=await self._waited(revision, request.wait),
         )
@@ -236,7 +248,7 @@ class AdminServicer:
     async def log(
         self, request: admin.GetDecisionLogRequest, call: Call
     ) -> admin.GetDecisionLogResponse:
-        limit = min(request.limit or 50, MAX_LOG)
+        limit = min(request.limit or 50, MAX_LOG)  # before_sequence: any uint64 (the store clamps)
         found = await asyncio.to_thread(self.store.decisions, limit, int(request.before_sequence))
         return admin.GetDecisionLogResponse(decisions=[convert.decision(d) for d in found])
 
@@ -291,7 +303,7 @@ def link_rows(state: ControllerState, now: float, only_changed: bool) -> list[Li
             observed = state.tracker.observed(i)
             eff = effective.get(i, LinkStatus.UP)
             override = state.overrides.get(link.id)
-            held = state.tracker.held(i, now)
+            held = state.tracker.held(i, now) or state.operator.held(i, now)
             if only_changed and eff is LinkStatus.UP and observed is LinkStatus.UP:
                 continue
             on: Mapping[str, int] = state.link_jobs.get(i, {})

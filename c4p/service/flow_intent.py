@@ -19,13 +19,13 @@ from collections.abc import AsyncIterator, Iterable
 
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
-from c4p.controller.errors import LimitExceeded
+from c4p.controller.errors import LimitExceeded, PermissionDenied
 from c4p.controller.intake import Intake, Outcome
 from c4p.controller.loop import ControllerLoop
 from c4p.controller.state import ControllerState, JobUpdate
 from c4p.controller.triggers import Key, KeyKind
 from c4p.service import convert
-from c4p.service.access import Guard
+from c4p.service.access import Guard, host_problems
 from c4p.service.rpc import Call, Endpoint, Scope
 from c4p.service.telemetry import Metrics
 from c4p.store.base import ControlMode
@@ -71,6 +71,11 @@ class FlowIntentServicer:
         ]
 
     async def register(self, request: fi.RegisterJobRequest, call: Call) -> fi.RegisterJobResponse:
+        self.intake.admit_registration(len(request.hosts), len(request.ranks))
+        denied = host_problems(list(request.hosts), call.hosts, "hosts")
+        denied += host_problems([r.host for r in request.ranks], call.hosts, "ranks")
+        if denied:
+            raise PermissionDenied(denied)
         done = await asyncio.to_thread(self.intake.register, convert.registration(request))
         record = done.record
         mode = self.state.mode_if_registered(record.job_id)  # None: released meanwhile
@@ -88,6 +93,11 @@ class FlowIntentServicer:
     async def submit(
         self, request: fi.SubmitIntentsRequest, call: Call
     ) -> fi.SubmitIntentsResponse:
+        self.intake.admit_submission(
+            call.job_id,
+            [(len(c.ranks), len(c.connections)) for c in request.communicators],
+            len(request.withdraw),
+        )  # sizes first: nothing is copied out of the message before they pass
         comms = [convert.communicator(c) for c in request.communicators]
         done = await asyncio.to_thread(
             self.intake.submit, call.job_id, call.incarnation, comms, list(request.withdraw)

@@ -7,8 +7,10 @@ bytes lets the pipeline answer INVALID_ARGUMENT for garbage, and gives one place
 method needs: credentials and per-caller rate limits (:mod:`c4p.service.access`), the
 ``c4p_requests_total`` metric, a structured log line for every refusal, and the mapping of
 :class:`~c4p.controller.errors.RequestError` to status codes with the problems in the trailing
-metadata ``c4p-problems`` (JSON). An unexpected exception is logged
-with its traceback and answered INTERNAL without internals.
+metadata ``c4p-problems`` (JSON). A store that cannot be written is UNAVAILABLE (the request
+changed nothing; retry later) and tells the runtime, which turns health NOT_SERVING until a
+write succeeds again. An unexpected exception is logged with its traceback and answered
+INTERNAL without internals.
 
 The method names and message types come from the generated descriptors, so server reflection
 and the ``.proto`` contract stay the single truth.
@@ -19,16 +21,23 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from c4p.controller.errors import InvalidRequest, RequestError
+from c4p.controller.errors import (
+    InvalidRequest,
+    PermissionDenied,
+    RequestError,
+    Unauthenticated,
+    Unavailable,
+)
 from c4p.service.access import Guard, RateLimiter
 from c4p.service.telemetry import Metrics
+from c4p.store.base import StoreError
 
 log = logging.getLogger("c4p.service")
 
@@ -52,6 +61,8 @@ class Call:
     caller: str
     job_id: str = ""
     incarnation: int = 0
+    hosts: tuple[str, ...] = ("*",)
+    """RegisterJob: the host patterns the caller's credential may place ranks on."""
 
 
 Unary = Callable[[Any, Call], Awaitable[Message]]
@@ -65,6 +76,8 @@ class Endpoint:
     scope: Scope
     unary: Unary | None = None
     stream: Stream | None = None
+    changes: bool = False
+    """An admin call that changes something (drain, restore, replan): a bucket of its own."""
 
 
 def _peer_host(peer: str) -> str:
@@ -78,10 +91,24 @@ def _peer_host(peer: str) -> str:
 class Gate:
     """Builds gRPC handlers that run :class:`Endpoint` behaviours through the pipeline."""
 
-    def __init__(self, guard: Guard, limiter: RateLimiter, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        guard: Guard,
+        limiter: RateLimiter,
+        metrics: Metrics,
+        on_store_error: Callable[[], None] | None = None,
+    ) -> None:
         self.guard = guard
         self.limiter = limiter
         self.metrics = metrics
+        self.on_store_error = on_store_error
+        s = limiter.settings
+        self.failures = RateLimiter(
+            s.model_copy(
+                update={"requests_per_s": s.failed_auth_per_s, "burst": s.failed_auth_burst}
+            ),
+            limiter.clock,
+        )
 
     def handler(self, service: str, endpoints: list[Endpoint]) -> grpc.GenericRpcHandler:
         handlers: dict[str, grpc.RpcMethodHandler] = {}
@@ -110,22 +137,29 @@ class Gate:
         for key, value in context.invocation_metadata() or ():
             metadata.setdefault(key, value)
         peer = context.peer() or ""
-        if e.scope is Scope.JOB:
-            job_id = str(request.job_id)
-            incarnation = self.guard.job(metadata, job_id)
-            call = Call(e.name, peer, f"job:{job_id}", job_id, incarnation)
-        elif e.scope is Scope.ADMIN:
-            names = [
-                n.decode("utf-8", "replace")
-                for n in (context.auth_context() or {}).get("x509_common_name", ())
-            ]
-            self.guard.admin(metadata, names)
-            call = Call(e.name, peer, "admin")
-        else:
-            call = Call(e.name, peer, f"peer:{_peer_host(peer)}")
-            self.limiter.take(call.caller)
-            self.guard.register(metadata)
-            return request, call
+        host = _peer_host(peer)
+        self.failures.check(f"auth:{host}")  # a peer that failed too often is not even heard
+        try:
+            if e.scope is Scope.JOB:
+                job_id = str(request.job_id)
+                incarnation = self.guard.job(metadata, job_id)
+                call = Call(e.name, peer, f"job:{job_id}", job_id, incarnation)
+            elif e.scope is Scope.ADMIN:
+                names = [
+                    n.decode("utf-8", "replace")
+                    for n in (context.auth_context() or {}).get("x509_common_name", ())
+                ]
+                which = self.guard.admin(metadata, names)
+                kind = "change" if e.changes else "read"
+                call = Call(e.name, peer, f"admin:{which}:{host}:{kind}")
+            else:
+                call = Call(e.name, peer, f"peer:{host}")
+                self.limiter.take(call.caller)
+                call = replace(call, hosts=self.guard.register(metadata))
+                return request, call
+        except (Unauthenticated, PermissionDenied):
+            self.failures.take(f"auth:{host}")
+            raise
         self.limiter.take(call.caller)
         return request, call
 
@@ -139,13 +173,29 @@ class Gate:
             text = json.dumps(problems)
         log.info(
             "refused",
-            extra={"event": "refused", "method": method, "code": exc.code, "why": str(exc)[:500]},
+            extra={
+                "event": "refused",
+                "method": method,
+                "code": exc.code,
+                "reason": str(exc)[:500],
+            },
         )
         await context.abort(
             getattr(grpc.StatusCode, exc.code),
             str(exc)[:MAX_DETAILS],
             trailing_metadata=(("c4p-problems", text),),
         )
+
+    async def _store_failed(
+        self, context: grpc.aio.ServicerContext, method: str, exc: StoreError
+    ) -> None:
+        log.error(
+            "store failed", extra={"event": "store-failed", "method": method, "error": str(exc)}
+        )
+        if self.on_store_error is not None:
+            self.on_store_error()
+        refusal = Unavailable("the controller's store cannot be written now; retry later")
+        await self._refuse(context, method, refusal)
 
     async def _internal(self, context: grpc.aio.ServicerContext, method: str) -> None:
         log.exception("internal error", extra={"event": "internal-error", "method": method})
@@ -168,6 +218,9 @@ class Gate:
             except RequestError as exc:
                 code = exc.code
                 await self._refuse(context, e.name, exc)
+            except StoreError as exc:
+                code = "UNAVAILABLE"
+                await self._store_failed(context, e.name, exc)
             except Exception:
                 code = "INTERNAL"
                 await self._internal(context, e.name)
@@ -192,6 +245,9 @@ class Gate:
             except RequestError as exc:
                 code = exc.code
                 await self._refuse(context, e.name, exc)
+            except StoreError as exc:
+                code = "UNAVAILABLE"
+                await self._store_failed(context, e.name, exc)
             except Exception:
                 code = "INTERNAL"
                 await self._internal(context, e.name)

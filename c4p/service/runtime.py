@@ -8,9 +8,16 @@ service nobody runs. Order matters and is the same everywhere:
 2. rebuild the state (jobs, intents, bindings in force, drains) and the previous plan;
 3. start the reconcile loop (its first key is ``startup``: if nothing changed since the last
    epoch, it does nothing, so a restart re-serves the same bindings, zero churn);
-4. bind and start gRPC (FlowIntentService, AdminService, health, reflection), then metrics;
+4. bind metrics, then bind and start gRPC (FlowIntentService, AdminService, health,
+   reflection); health turns SERVING only when everything is up;
 5. on stop: health NOT_SERVING, end streams, stop gRPC with a grace period, stop the loop
    after its current step, close the store.
+
+Start-up is all or nothing: a port already in use (gRPC's ``SO_REUSEPORT`` is turned off, so a
+second controller on the same address is refused instead of splitting the clients with the
+first), a busy metrics port or any other failure stops what was started and raises one
+:class:`~topology.errors.C4pError` naming the setting; ``c4p serve`` prints it as one line and
+exits non-zero. SIGINT and SIGTERM are honoured from the moment the event loop runs.
 
 The seam for discovery: :meth:`ServiceRuntime.follow_link_events` pumps a fabric source's
 events (``southbound.events.EventQueue.get`` is one: a blocking ``get(timeout)``) into the
@@ -29,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -61,7 +69,7 @@ from c4p.store.sqlite import SqliteStore
 from southbound.events import EventQueue, TargetHealth
 from southbound.fleet import Fleet
 from southbound.targets import FabricSource
-from topology.errors import FabricFileError
+from topology.errors import C4pError, FabricFileError
 from topology.generators.common import AddressPlan
 from topology.model import Fabric
 
@@ -80,6 +88,18 @@ def server_credentials(config: ServeConfig) -> grpc.ServerCredentials | None:
     return grpc.ssl_server_credentials(
         [pair], root_certificates=tls.client_ca_file.read_bytes(), require_client_auth=True
     )
+
+
+def _check_free(host: str, port: int, key: str, address: str) -> None:
+    """Refuse a TCP port another process holds, with our own words (gRPC would log a C-core
+    error line first); gRPC's own bind below stays the final judge."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise C4pError(f"{key} {address}: cannot listen: {exc.strerror or exc}") from None
 
 
 class ServiceRuntime:
@@ -165,6 +185,7 @@ class ServiceRuntime:
             clock=clock,
         )
         self.health = HealthServicer()
+        self._health_status: Any = None
         self._pumps: list[threading.Thread] = []
         self._stopping = threading.Event()
         self.server: grpc.aio.Server | None = None
@@ -228,10 +249,26 @@ class ServiceRuntime:
         """An agent connected or went away (loop thread): its hosts' ports may change mode."""
         self.loop.enqueue(Key(KeyKind.AGENT, host, "up" if up else "down", force=True))
 
+    def _store_health_lost(self) -> None:
+        """The store refused a write: NOT_SERVING until a step commits again (a load balancer
+        should send clients to a controller that can keep what they ask for)."""
+        self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    def _set_health(self, status: Any) -> None:
+        if self._health_status == status or self._stopping.is_set() or self.server is None:
+            return
+        self._health_status = status
+        for name in ("", flow_intent.SERVICE, admin.SERVICE):
+            asyncio.ensure_future(self.health.set(name, status))
+
     def _after_step(self, outcome: StepOutcome) -> None:
         if self.probe_worker is not None:
             self.probe_worker.kick()  # the step may have asked for probes
         d = outcome.decision
+        if outcome.failed and d.error.startswith("StoreError"):
+            self._store_health_lost()
+        elif not outcome.failed and self.address:
+            self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self.metrics.record_plan(d)
         with self.state.lock:
             modes = [e.control.value for e in self.state.jobs.values()]
@@ -258,8 +295,26 @@ class ServiceRuntime:
         )
 
     async def start(self) -> str:
-        """Start everything; returns the bound ``host:port``."""
+        """Start everything and return the bound ``host:port``; on any failure, stop what was
+        started and raise (all or nothing, see the module docstring)."""
+        try:
+            return await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> str:
         cfg = self.config
+        if cfg.metrics.address:  # first: a busy port must stop us before anything serves
+            m_host, m_port = split_address(cfg.metrics.address)
+            try:
+                httpd, _ = start_http_server(m_port, m_host, registry=self.metrics.registry)
+            except OSError as exc:
+                raise C4pError(
+                    f"metrics.address {cfg.metrics.address}: cannot listen: {exc.strerror or exc}"
+                ) from None
+            self._metrics_server = httpd
+            self.metrics_address = f"{m_host}:{httpd.server_address[1]}"
         if self.agents is not None:
             self.agents.attach(asyncio.get_running_loop())
         if self.probe_worker is not None:
@@ -272,9 +327,11 @@ class ServiceRuntime:
                 ("grpc.max_send_message_length", size),
                 ("grpc.keepalive_time_ms", 30_000),
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                ("grpc.so_reuseport", 0),  # a second controller on this address must fail
             ]
         )
-        gate = Gate(self.guard, RateLimiter(cfg.limits.rate), self.metrics)
+        self.server = server
+        gate = Gate(self.guard, RateLimiter(cfg.limits.rate), self.metrics, self._store_health_lost)
         server.add_generic_rpc_handlers(
             (
                 gate.handler(flow_intent.SERVICE, self.flow.endpoints()),
@@ -292,29 +349,32 @@ class ServiceRuntime:
             names = (*names, agent_service.SERVICE)
         reflection.enable_server_reflection((*names, reflection.SERVICE_NAME), server)
         credentials = server_credentials(cfg)
-        if is_unix(cfg.listen.address):  # agents in host namespaces reach us through a socket
+        unix = is_unix(cfg.listen.address)  # agents in host namespaces reach us through a socket
+        host, port = ("", 0) if unix else split_address(cfg.listen.address)
+        if unix:
             target = cfg.listen.address
         else:
-            host, port = split_address(cfg.listen.address)
             target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        if credentials is None:
-            bound = server.add_insecure_port(target)
-        else:
-            bound = server.add_secure_port(target, credentials)
+            if port:
+                _check_free(host, port, "listen.address", cfg.listen.address)
+        try:
+            if credentials is None:
+                bound = server.add_insecure_port(target)
+            else:
+                bound = server.add_secure_port(target, credentials)
+        except RuntimeError as exc:  # grpc: "Failed to bind to address ..."
+            raise C4pError(
+                f"listen.address {cfg.listen.address}: cannot listen (in use by another "
+                f"process?): {exc}"
+            ) from None
+        if not bound and (port or unix):
+            raise C4pError(f"listen.address {cfg.listen.address}: cannot listen (in use?)")
         await server.start()
-        self.server = server
-        if is_unix(cfg.listen.address):
+        if unix:
             self.address = cfg.listen.address
         else:
             self.address = f"{host}:{bound}" if ":" not in host else f"[{host}]:{bound}"
-        for name in ("", *names[:2]):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        if cfg.metrics.address:
-            m_host, m_port = split_address(cfg.metrics.address)
-            httpd, _ = start_http_server(m_port, m_host, registry=self.metrics.registry)
-            self._metrics_server = httpd
-            self.metrics_address = f"{m_host}:{httpd.server_address[1]}"
-        if self.fleet is not None:  # last: a failed bind above leaves no session open
+        if self.fleet is not None:  # a failed bind above leaves no session open
             self.watch = FabricWatch(
                 self.fleet,
                 self.fabric,
@@ -326,6 +386,9 @@ class ServiceRuntime:
             self.fleet.start()
             self.follow_link_events(self._fleet_events.get)
             self._start_rediscovery(cfg.fabric.rediscover_s)
+        for name in ("", *names[:2]):  # last: SERVING only once everything is up
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._health_status = health_pb2.HealthCheckResponse.SERVING
         log.info(
             "serving",
             extra={
@@ -376,6 +439,7 @@ class ServiceRuntime:
         self._pumps.append(thread)
 
     async def stop(self) -> None:
+        """Stop whatever is running (also after a start that failed half-way)."""
         self._stopping.set()
         if self.fleet is not None:
             await asyncio.to_thread(self.fleet.stop)
@@ -393,12 +457,14 @@ class ServiceRuntime:
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
+            self._metrics_server = None
         self.store.close()
         log.info("stopped", extra={"event": "stopped", "epoch": self.state.epoch})
 
 
 async def serve_forever(config: ServeConfig, ready: Callable[[str], None] | None = None) -> None:
-    """Run until SIGINT or SIGTERM (``c4p serve``)."""
+    """Run until SIGINT or SIGTERM (``c4p serve``); a start-up failure raises (nothing left
+    running)."""
     runtime = ServiceRuntime(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -411,3 +477,8 @@ async def serve_forever(config: ServeConfig, ready: Callable[[str], None] | None
         await stop.wait()
     finally:
         await runtime.stop()
+
+
+def run(config: ServeConfig, ready: Callable[[str], None] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM; ``ready`` gets the bound address once serving."""
+    asyncio.run(serve_forever(config, ready))

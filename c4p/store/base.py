@@ -29,16 +29,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from solver.jobs import CommunicatorSpec, RankSpec
 from southbound.bindings import Binding
 from southbound.routes import QpKey
+from topology.base import Frozen
+from topology.errors import C4pError
 from topology.model import LinkStatus, Name
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ControlMode(StrEnum):
@@ -240,7 +238,7 @@ class StoredState:
     """An operator's rollback of every job, if one is in force."""
 
 
-class StoreError(Exception):
+class StoreError(C4pError):
     """The store cannot be opened or written (disk full, corrupt file, wrong schema).
 
     Terminal for the request that hit it; the controller reports ``UNAVAILABLE`` and keeps the

@@ -64,6 +64,15 @@ CREATE TABLE IF NOT EXISTS decisions (
 """
 
 
+MAX_SEQUENCE = 2**63 - 1
+"""SQLite's largest integer; decision sequences never reach it."""
+
+
+def _family(file: Path) -> list[Path]:
+    """The database and the files SQLite keeps beside it in WAL mode."""
+    return [file, file.with_name(file.name + "-wal"), file.with_name(file.name + "-shm")]
+
+
 class Synchronous(StrEnum):
     FULL = "full"
     NORMAL = "normal"
@@ -75,19 +84,146 @@ class SqliteStore:
     def __init__(self, path: Path | str, synchronous: Synchronous = Synchronous.FULL) -> None:
         self.path = str(path)
         self._lock = threading.Lock()
+        self._synchronous = Synchronous(synchronous)
+        if self.path == ":memory:":
+            self._db = self._connect(self.path)
+            self._create()
+            return
+        file = Path(self.path)
         try:
-            if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={Synchronous(synchronous).value.upper()}")
-            self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.executescript(_TABLES)
-            self._init_meta()
+            file.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"store {self.path}: cannot create its directory: {exc}") from exc
+        if not file.exists():
+            self._create_file(file)
+        self._preflight(file)
+        self._db = self._connect(self.path)
+        try:
+            self._check_opened()
+        except BaseException:
+            self._db.close()
+            raise
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def _connect(self, path: str) -> sqlite3.Connection:
+        """A connection in WAL mode, made under umask 077: SQLite creates ``-wal`` and ``-shm``
+        when it first needs them, and the WAL holds the token secret, so they must never exist
+        readable by others, not even for a moment (they also inherit the database's mode)."""
+        old = os.umask(0o077)
+        try:
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            try:
+                db.execute("PRAGMA busy_timeout=5000")
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(f"PRAGMA synchronous={self._synchronous.value.upper()}")
+            except sqlite3.Error:
+                db.close()
+                raise
         except sqlite3.Error as exc:
-            raise StoreError(f"store {self.path}: cannot open: {exc}") from exc
-        if self.path != ":memory:":
-            os.chmod(self.path, 0o600)  # it holds the token secret
+            raise StoreError(f"store {path}: cannot open: {exc}") from exc
+        finally:
+            os.umask(old)
+        return db
+
+    def _create(self) -> None:
+        try:
+            self._db.executescript(_TABLES)
+        except sqlite3.Error as exc:
+            raise StoreError(f"store {self.path}: cannot create: {exc}") from exc
+        self._write_meta_new()
+
+    def _create_file(self, file: Path) -> None:
+        """A new store is built under a temporary name and renamed into place, so a file at
+        ``path`` is always a complete store: a crash during creation leaves no empty file that
+        the next start would have to refuse."""
+        temp = file.with_name(f".{file.name}.new-{os.getpid()}")
+        for leftover in _family(temp):
+            leftover.unlink(missing_ok=True)
+        try:
+            os.close(os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            self._db = self._connect(str(temp))
+            try:
+                self._create()
+            finally:
+                self._db.close()  # the last connection checkpoints and removes the WAL
+            os.replace(temp, file)
+        except OSError as exc:
+            raise StoreError(f"store {self.path}: cannot create: {exc}") from exc
+        finally:
+            for leftover in _family(temp):
+                leftover.unlink(missing_ok=True)
+
+    def _preflight(self, file: Path) -> None:
+        """What can be judged before SQLite opens the file: never treat an empty or foreign
+        file as a new store (that would mint a new token secret and forget every job)."""
+        try:
+            size = file.stat().st_size
+        except OSError as exc:
+            raise StoreError(f"store {self.path}: cannot read: {exc}") from exc
+        if size == 0:
+            raise StoreError(
+                f"store {self.path}: the file is empty (0 bytes), not a c4p store; "
+                "restore it from a backup, or move it away to start with no jobs"
+            )
+        for member in _family(file):
+            if not member.exists():
+                continue
+            if not os.access(member, os.R_OK | os.W_OK):
+                raise StoreError(
+                    f"store {self.path}: {member.name} is not readable and writable by this "
+                    "process; c4p needs to write its store"
+                )
+            try:
+                os.chmod(member, 0o600)  # it holds the token secret (an older c4p left 0644)
+            except OSError as exc:
+                raise StoreError(
+                    f"store {self.path}: cannot make {member.name} 0600: {exc}"
+                ) from exc
+        if not os.access(file.parent, os.W_OK | os.X_OK):
+            raise StoreError(
+                f"store {self.path}: its directory is not writable (SQLite's WAL lives beside it)"
+            )
+
+    def _check_opened(self) -> None:
+        """Schema, integrity and writability, checked before the controller serves anything."""
+        db = self._db
+        try:
+            tables = {
+                str(name)
+                for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+        except sqlite3.Error as exc:
+            raise StoreError(f"store {self.path}: not a readable SQLite database: {exc}") from exc
+        if "meta" not in tables:
+            raise StoreError(
+                f"store {self.path}: not a c4p store (an SQLite database without c4p's tables)"
+            )
+        try:
+            schema = self._meta("schema")
+            secret = self._meta("secret")
+        except sqlite3.Error as exc:
+            raise StoreError(f"store {self.path}: cannot read: {exc}") from exc
+        if schema != SCHEMA:
+            raise StoreError(f"store {self.path}: schema {schema!r}, this c4p needs {SCHEMA!r}")
+        if not secret:
+            raise StoreError(f"store {self.path}: no token secret (damaged store)")
+        try:
+            found = [str(row[0]) for row in db.execute("PRAGMA integrity_check(5)")]
+        except sqlite3.Error as exc:
+            raise StoreError(f"store {self.path}: damaged: {exc}") from exc
+        if found != ["ok"]:
+            raise StoreError(f"store {self.path}: damaged: {'; '.join(found)}")
+        try:
+            db.executescript(_TABLES)  # tables a newer c4p of this schema may add
+            with self._tx() as tx:  # a real write: a read-only file or mount fails here
+                self._set_meta(tx, schema=SCHEMA)
+        except (sqlite3.Error, StoreError) as exc:
+            cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
+            raise StoreError(f"store {self.path}: cannot be written: {cause}") from exc
+        for member in _family(Path(self.path)):
+            if member.exists():
+                os.chmod(member, 0o600)
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -118,22 +254,19 @@ class SqliteStore:
             [(k, str(v)) for k, v in values.items()],
         )
 
-    def _init_meta(self) -> None:
-        schema = self._meta("schema")
-        if schema is not None and schema != SCHEMA:
-            raise StoreError(f"store {self.path}: schema {schema!r}, this c4p needs {SCHEMA!r}")
-        if schema is None:
-            with self._tx() as db:
-                self._set_meta(
-                    db,
-                    schema=SCHEMA,
-                    secret=secrets.token_hex(32),
-                    epoch=0,
-                    fingerprint="",
-                    compacted_epoch=0,
-                    incarnation=0,
-                    decision_sequence=0,
-                )
+    def _write_meta_new(self) -> None:
+        """The counters and a fresh token secret of a store created just now (never else)."""
+        with self._tx() as db:
+            self._set_meta(
+                db,
+                schema=SCHEMA,
+                secret=secrets.token_hex(32),
+                epoch=0,
+                fingerprint="",
+                compacted_epoch=0,
+                incarnation=0,
+                decision_sequence=0,
+            )
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -189,6 +322,10 @@ class SqliteStore:
         return state
 
     def decisions(self, limit: int, before_sequence: int = 0) -> list[DecisionRecord]:
+        """The newest ``limit`` decisions, those with a sequence below ``before_sequence`` if it
+        is positive (any value beyond SQLite's 64-bit integers means "all")."""
+        limit = max(0, min(limit, DECISIONS_KEPT))
+        before_sequence = min(before_sequence, MAX_SEQUENCE)
         with self._lock:
             if before_sequence > 0:
                 rows = self._db.execute(

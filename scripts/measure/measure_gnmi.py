@@ -68,7 +68,7 @@ def main() -> None:
     if args.tls:
         cmd += ["--tls-dir", str(work / "pki")]
     child = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/work/main"
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2]
     )
     try:
         assert child.stdout is not None and child.stdin is not None

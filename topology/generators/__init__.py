@@ -3,7 +3,7 @@ parameters.
 
 Why: planning, benchmarks and tests need fabrics from a handful of GPUs to 16,384 GPUs that are
 correct by construction and named, numbered and addressed the same way every time, so that a
-plan, a file or a failure report can be compared across runs. Four shapes (DESIGN.md §3):
+plan, a file or a failure report can be compared across runs. Four shapes:
 
 * ``leaf-spine``      2-tier, any oversubscription (:func:`leaf_spine`);
 * ``rail-optimized``  scalable units, NIC *r* on the rail-*r* leaf (:func:`rail_optimized`);

@@ -30,8 +30,9 @@ from __future__ import annotations
 import ipaddress
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from topology.base import Frozen
 from topology.model import (
     Fabric,
     HashAlgorithm,
@@ -49,10 +50,8 @@ PORTS_PER_HOST_LIMIT = 254
 """NIC ports one host may have under the address plan (one /24 per host, no .0 or .255)."""
 
 
-class Params(BaseModel):
+class Params(Frozen):
     """Base of every generator parameter model: unknown keys refused, instances immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class HashProfiles(Params):

@@ -1,7 +1,7 @@
 """Two-tier leaf-spine: every leaf cabled once to every spine, hosts under the leaves.
 
 Why: the simplest Clos, and the one where the planner's lower bound is exact (edge-colouring the
-leaf multigraph, DESIGN.md §4), so it is the reference shape for the solver. Any oversubscription
+leaf multigraph), so it is the reference shape for the solver. Any oversubscription
 is expressible: ``hosts_per_leaf * nics_per_host * host_speed / (spines * uplink_speed)``. A
 bundle of cables between a leaf and a spine is one link of the summed speed (the model refuses
 parallel links), so raise ``uplink_speed_gbps`` rather than adding spines to widen the uplinks.

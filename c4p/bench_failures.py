@@ -1,0 +1,312 @@
+"""``c4p bench --failures``: the failure ladder — how the planner does when the fabric breaks.
+
+Why a ladder of its own: failures are where a controller earns its keep, and the questions differ
+from a healthy fabric's: does a plan on the degraded snapshot still reach the optimum (the bound
+accounts for the missing links), how fast does a *re-plan* from the plan in force come back, and
+how many live QPs does it move compared with the fewest any plan could move.
+
+Every fabric carries a shuffled ring over every GPU (each host's ranks send to a random other
+host, :func:`c4p.bench.permutation_jobs`): every leaf link is busy, which is what makes a failure
+hurt. On each fabric c4p plans the healthy snapshot first (the plan in force), then for each
+failure kind:
+
+* **uplink (busiest)** / **uplink (light)**: the leaf-to-spine (leaf-to-agg) link whose upward
+  direction carries the most / the fewest (but some) of the plan's flows;
+* **downlink**: the link whose downward direction into a leaf carries the most, not the uplink
+  above;
+* **spine down**: every link of one spine (a core switch in 3 tiers), the busiest;
+* **two random links**: two switch-to-switch links drawn with a fixed seed;
+* **spine drained**: every link of another spine drained (taken out of planning, still up).
+
+Columns, all max utilizations in one unit (the busiest switch-to-switch link's load over its
+capacity, in NIC line rates, every priority 1): ECMP on the degraded snapshot (median over QP
+seeds), greedy and c4p planned from scratch on it, the best lower bound, c4p's re-plan from the
+plan in force, the two wall times, and the flows the re-plan moved beside a lower bound on the
+flows any plan reaching the same utilization must move (:func:`solver.repair.min_moves`).
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from c4p.bench import ECMP_SEEDS, permutation_jobs
+from solver.ecmp import ecmp_paths
+from solver.flows import Workload
+from solver.patterns import derive_workload
+from solver.planner import plan
+from solver.problem import build_problem
+from solver.result import Plan
+from topology.generators import sized_for_gpus
+from topology.model import Fabric, LinkStatus
+
+KINDS = (
+    "uplink (busiest)",
+    "uplink (light)",
+    "downlink",
+    "spine down",
+    "two random links",
+    "spine drained",
+)
+
+
+@dataclass(frozen=True)
+class FailureRow:
+    """One fabric and failure, as it goes into the table."""
+
+    fabric: str
+    failure: str
+    links: int
+    flows: int
+    util_ecmp: float
+    util_greedy: float
+    util_c4p: float
+    bound: float
+    status: str
+    util_replan: float
+    replan_status: str
+    plan_s: float
+    replan_s: float
+    plan_cpu_s: float
+    replan_cpu_s: float
+    moved: int
+    min_moves: int
+    crossed: int
+
+
+def _link_loads(fabric: Fabric, result: Plan) -> tuple[dict[int, int], dict[int, int]]:
+    """Per link: flows of the plan going up it out of a leaf, and down it into a leaf."""
+    index = fabric.index
+    up: dict[int, int] = {}
+    down: dict[int, int] = {}
+    for path in result.paths:
+        for res in path[1:-1]:
+            src, dst = int(index.res_src[res]), int(index.res_dst[res])
+            if index.tier[src] == 1:
+                up[res // 2] = up.get(res // 2, 0) + 1
+            elif index.tier[dst] == 1:
+                down[res // 2] = down.get(res // 2, 0) + 1
+    return up, down
+
+
+def _switch_links(fabric: Fabric, switch: int) -> list[int]:
+    index = fabric.index
+    return [
+        li
+        for li in range(len(fabric.links))
+        if switch in (int(index.res_src[2 * li]), int(index.res_dst[2 * li]))
+        and index.is_switch(int(index.res_src[2 * li]))
+        and index.is_switch(int(index.res_dst[2 * li]))
+    ]
+
+
+def failures(fabric: Fabric, result: Plan, seed: int = 7) -> dict[str, dict[int, LinkStatus]]:
+    """The link changes of each failure kind, chosen from the healthy plan's loads."""
+    index = fabric.index
+    up, down = _link_loads(fabric, result)
+    busiest = max(sorted(up), key=lambda li: up[li])
+    light = min(sorted(up), key=lambda li: up[li])
+    into = max((li for li in sorted(down) if li != busiest), key=lambda li: down[li])
+    top = int(index.tier[: index.num_switches].max())
+    tops = [s for s in range(index.num_switches) if index.tier[s] == top]
+    through = {s: 0 for s in tops}
+    for path in result.paths:
+        for res in path[1:-1]:
+            node = int(index.res_dst[res])
+            if node in through:
+                through[node] += 1
+    by_load = sorted(tops, key=lambda s: (-through[s], s))
+    rng = np.random.default_rng(seed)
+    inner = [li for li in range(len(fabric.links)) if _switch_links_pair(fabric, li)]
+    two = rng.choice(len(inner), size=2, replace=False).tolist()
+    down_status, drained = LinkStatus.DOWN, LinkStatus.DRAINED
+    return {
+        KINDS[0]: {busiest: down_status},
+        KINDS[1]: {light: down_status},
+        KINDS[2]: {into: down_status},
+        KINDS[3]: dict.fromkeys(_switch_links(fabric, by_load[0]), down_status),
+        KINDS[4]: {inner[k]: down_status for k in two},
+        KINDS[5]: dict.fromkeys(_switch_links(fabric, by_load[-1]), drained),
+    }
+
+
+def _switch_links_pair(fabric: Fabric, li: int) -> bool:
+    index = fabric.index
+    return index.is_switch(int(index.res_src[2 * li])) and index.is_switch(
+        int(index.res_dst[2 * li])
+    )
+
+
+def _ecmp_utilization(fabric: Fabric, workload: Workload) -> float:
+    """Median over seeds of ECMP's busiest switch-to-switch link, in NIC line rates."""
+    flows = workload.flows
+    rates = np.array([f.rate for f in flows])
+    problem = build_problem(fabric, flows, rates)
+    values = []
+    for seed in ECMP_SEEDS:
+        paths = ecmp_paths(fabric, flows, seed=seed).paths
+        values.append(problem.measure(problem.path_loads(paths)).max_utilization)
+    return float(statistics.median(values))
+
+
+def run_fabric(
+    name: str,
+    fabric: Fabric,
+    kinds: Sequence[str] = KINDS,
+    progress: Callable[[FailureRow], None] | None = None,
+    budget: float = 10.0,
+) -> list[FailureRow]:
+    """Every failure kind of ``kinds`` on one fabric (see the module docstring)."""
+    _ = fabric.index.routing
+    workload = derive_workload(fabric, permutation_jobs(2)(fabric))
+    healthy = plan(fabric, workload, budget=budget)
+    changes = failures(fabric, healthy)
+    rows = []
+    for kind in kinds:
+        change = changes[kind]
+        snapshot = fabric.with_link_status(change)
+        _ = snapshot.index.routing  # a live controller has its snapshot's index before planning
+        greedy = plan(snapshot, workload, strategy="greedy")
+        started, cpu = time.perf_counter(), time.process_time()
+        full = plan(snapshot, workload, budget=budget)
+        plan_s, plan_cpu_s = time.perf_counter() - started, time.process_time() - cpu
+        started, cpu = time.perf_counter(), time.process_time()
+        again = plan(snapshot, workload, healthy, budget=budget)
+        replan_s, replan_cpu_s = time.perf_counter() - started, time.process_time() - cpu
+        dead = {2 * li for li in change} | {2 * li + 1 for li in change}
+        crossed = sum(1 for path in healthy.paths if dead.intersection(path))
+        row = FailureRow(
+            fabric=name,
+            failure=kind,
+            links=len(change),
+            flows=len(workload.flows),
+            util_ecmp=_ecmp_utilization(snapshot, workload),
+            util_greedy=greedy.objective.max_utilization,
+            util_c4p=full.objective.max_utilization,
+            bound=max(full.bounds.best, again.bounds.best),
+            status=full.status,
+            util_replan=again.objective.max_utilization,
+            replan_status=again.status,
+            plan_s=plan_s,
+            replan_s=replan_s,
+            plan_cpu_s=plan_cpu_s,
+            replan_cpu_s=replan_cpu_s,
+            moved=len(again.moved),
+            min_moves=again.min_moves or 0,
+            crossed=crossed,
+        )
+        rows.append(row)
+        if progress is not None:
+            progress(row)
+    return rows
+
+
+def _maker(kind: str, gpus: int) -> Callable[[], Fabric]:
+    return lambda: sized_for_gpus(kind, gpus)
+
+
+def fabrics(quick: bool) -> list[tuple[str, Callable[[], Fabric]]]:
+    """The ladder's fabrics: 2-tier rail-optimized and 3-tier fat-tree, 4,096 and 16,384 GPUs
+    (4,096 only with ``quick``)."""
+    sizes = (4096,) if quick else (4096, 16384)
+    return [
+        (f"{label} {gpus:,} GPUs", _maker(kind, gpus))
+        for kind, label in (("rail-optimized", "2-tier"), ("fat-tree", "3-tier"))
+        for gpus in sizes
+    ]
+
+
+def run(
+    quick: bool = False,
+    only: str | None = None,
+    progress: Callable[[FailureRow], None] | None = None,
+) -> list[FailureRow]:
+    """The ladder over :func:`fabrics` whose name contains ``only`` (alternatives split by
+    ``|``), every failure kind on each."""
+    rows: list[FailureRow] = []
+    wanted = [w for w in (only or "").split("|") if w]
+    for name, make in fabrics(quick):
+        if wanted and not any(w in name for w in wanted):
+            continue
+        rows.extend(run_fabric(name, make(), progress=progress))
+    return rows
+
+
+def markdown(rows: Sequence[FailureRow], command: str, seconds: float) -> str:
+    head = (
+        "| fabric | failure | links | flows | ECMP | greedy | c4p | bound | c4p re-plan "
+        "| plan s (CPU) | re-plan s (CPU) | moved | min moves | crossed |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
+    lines = []
+    for r in rows:
+        mark = "" if r.status == "optimal" else " (feasible)"
+        again = "" if r.replan_status == "optimal" else " (feasible)"
+        lines.append(
+            f"| {r.fabric} | {r.failure} | {r.links} | {r.flows:,} | {r.util_ecmp:.2f}"
+            f" | {r.util_greedy:.2f} | {r.util_c4p:.2f}{mark} | {r.bound:.2f}"
+            f" | {r.util_replan:.2f}{again} | {r.plan_s:.3f} ({r.plan_cpu_s:.3f})"
+            f" | {r.replan_s:.3f} ({r.replan_cpu_s:.3f}) | {r.moved}"
+            f" | {r.min_moves} | {r.crossed} |"
+        )
+    machine = f"{platform.machine()}, Python {platform.python_version()}"
+    return (
+        "# Failure ladder\n\n"
+        f"Produced by `{command}` in {seconds:.0f} s on {machine}, "
+        f"{time.strftime('%Y-%m-%d', time.gmtime())}; the method is in "
+        "`c4p/bench_failures.py`'s docstring. Times are wall-clock, with the process's CPU "
+        "time in brackets, on a 2-core machine shared with other work: wall times are "
+        "inflated by the load, CPU times much less so.\n\n"
+        "Every utilization is the busiest switch-to-switch link's load over its capacity in "
+        "NIC line rates (1.00 = one full-rate flow). *ECMP*, *greedy* and *c4p* plan the "
+        "degraded snapshot from scratch; *bound* is the best lower bound (it counts the "
+        "missing links); *c4p re-plan* starts from the healthy plan in force. *plan s* / "
+        "*re-plan s* are `plan()` wall times (snapshot index built beforehand, as in the "
+        "controller). *moved* is what the re-plan moved, *min moves* a lower bound on the "
+        "flows any plan reaching the re-plan's utilization must move, *crossed* the flows "
+        "whose path used a failed link. (feasible) marks a plan not proven optimal.\n\n"
+        + head
+        + "\n".join(lines)
+        + "\n\n![re-plan time and moves](benchmarks-failures.png)\n"
+    )
+
+
+def plot(rows: Sequence[FailureRow], path: Path) -> None:
+    """Re-plan time per row (log scale), and moved beside the lower bound on moves."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5))
+    xs = np.arange(len(rows))
+    left.bar(xs - 0.2, [max(r.plan_s, 1e-4) for r in rows], 0.4, label="full plan")
+    left.bar(xs + 0.2, [max(r.replan_s, 1e-4) for r in rows], 0.4, label="re-plan")
+    left.set_yscale("log")
+    left.set_ylabel("seconds")
+    left.set_title("plan and re-plan time per failure")
+    right.bar(xs - 0.2, [max(r.moved, 1) for r in rows], 0.4, label="moved")
+    right.bar(xs + 0.2, [max(r.min_moves, 1) for r in rows], 0.4, label="lower bound on moves")
+    right.set_yscale("log")
+    right.set_ylabel("flows (log scale)")
+    right.set_title("flows moved by the re-plan")
+    for ax in (left, right):
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([str(i + 1) for i in xs])
+        ax.set_xlabel("row of the table")
+        ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def rows_json(rows: Sequence[FailureRow]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in rows]

@@ -1,0 +1,382 @@
+"""``c4p admin``: the operator's view of a running controller, so nobody needs grpcurl.
+
+Why a command group over the AdminService and not over the store: the controller is the one
+writer of its state (a second reader of the SQLite file could see a half-applied step, and etcd
+may hold it elsewhere); the API answers what the controller itself believes, with the same
+credentials and TLS as any other client.
+
+Every command takes the controller's address (``--address``, or ``C4P_ADDRESS``), the admin
+credential from ``C4P_ADMIN_TOKEN`` or ``--token-file`` (never from the command line, where
+``ps`` would show it), and the TLS options ``c4p serve`` is configured with: ``--ca-file`` for
+the server's CA, ``--cert-file``/``--key-file`` for mTLS. Output is a table, or JSON with
+``--json FILE`` (``-``: standard output only). A refusal from the controller (bad link name,
+wrong credential) is one line and exit 2; a controller that cannot be reached is exit 1.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+
+from c4p.cli.common import JsonOption, console, emit, fail, guarded
+from c4p.errors import C4pError
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
+    from c4p.client import AdminClient
+
+admin_app = typer.Typer(
+    help="Operate a running controller: jobs, plan, decisions, drain, restore, replan, watch.",
+    no_args_is_help=True,
+)
+
+TOKEN_ENV = "C4P_ADMIN_TOKEN"
+
+Address = Annotated[
+    str,
+    typer.Option(envvar="C4P_ADDRESS", help="The controller's host:port."),
+]
+TokenFile = Annotated[
+    Path | None,
+    typer.Option(help=f"File holding the admin credential (default: ${TOKEN_ENV})."),
+]
+CaFile = Annotated[Path | None, typer.Option(help="CA of the controller's certificate (TLS).")]
+CertFile = Annotated[Path | None, typer.Option(help="Our client certificate (mTLS).")]
+KeyFile = Annotated[Path | None, typer.Option(help="Our client key (mTLS).")]
+ServerName = Annotated[
+    str | None, typer.Option(help="Name in the server's certificate, if not the host dialled.")
+]
+
+
+def admin_token(token_file: Path | None) -> str:
+    """The admin credential: ``--token-file``, else ``$C4P_ADMIN_TOKEN``."""
+    if token_file is not None:
+        try:
+            text = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise C4pError(f"--token-file {token_file}: {exc.strerror or exc}") from None
+    else:
+        text = os.environ.get(TOKEN_ENV, "").strip()
+    if not text:
+        raise C4pError(
+            f"no admin credential: set {TOKEN_ENV} (the value the controller's auth.admin "
+            "names) or give --token-file"
+        )
+    return text
+
+
+@contextmanager
+def connected(
+    address: str,
+    token_file: Path | None,
+    ca_file: Path | None,
+    cert_file: Path | None,
+    key_file: Path | None,
+    server_name: str | None,
+) -> Iterator[AdminClient]:
+    """An admin client; refusals become one line and exit 2, an unreachable controller 1."""
+    import grpc
+
+    from c4p.client import AdminClient, ApiError, ClientTls
+
+    if (cert_file is None) != (key_file is None):
+        fail("--cert-file and --key-file go together (mTLS)")
+    if cert_file is not None and ca_file is None:
+        fail("mTLS needs --ca-file too")
+    tls = None
+    if ca_file is not None:
+        tls = ClientTls(ca_file, cert_file, key_file, server_name)
+    token = guarded(lambda: admin_token(token_file))
+    client = AdminClient(address, token, tls=tls, timeout=30.0, wait_for_ready=False)
+    try:
+        yield client
+    except ApiError as exc:
+        if exc.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            console.print(f"[bold red]error:[/] {address}: {exc.details}", highlight=False)
+            raise typer.Exit(code=1) from None
+        fail(f"{address}: {exc}")
+    except C4pError as exc:
+        fail(str(exc))
+    finally:
+        client.close()
+
+
+def as_dict(message: Message) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
+    data: dict[str, Any] = MessageToDict(message, preserving_proto_field_name=True)
+    return data
+
+
+def _state(value: int) -> str:
+    from c4p.api.v1 import intents_pb2 as pb
+
+    return str(pb.IntentState.Name(value)).removeprefix("INTENT_STATE_").lower()
+
+
+def _decision_row(d: Any) -> list[str]:
+    from c4p.api.v1 import intents_pb2 as pb
+
+    result = str(pb.Decision.Result.Name(d.result)).removeprefix("RESULT_").lower()
+    return [
+        str(d.sequence),
+        str(d.epoch),
+        d.at.ToDatetime().strftime("%H:%M:%S"),
+        result,
+        d.reason[:40],
+        str(d.flows),
+        str(d.moved),
+        f"{d.max_utilization:.2f}",
+        str(d.bindings_added + d.bindings_changed),
+        d.error[:60],
+    ]
+
+
+def _table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+Run = Callable[["AdminClient"], None]
+
+
+def _run(
+    address: str,
+    token_file: Path | None,
+    ca_file: Path | None,
+    cert_file: Path | None,
+    key_file: Path | None,
+    server_name: str | None,
+    body: Run,
+) -> None:
+    with connected(address, token_file, ca_file, cert_file, key_file, server_name) as client:
+        body(client)
+
+
+@admin_app.command("jobs")
+def admin_jobs(
+    job: Annotated[str, typer.Argument(help="Only this job.")] = "",
+    address: Address = "127.0.0.1:50051",
+    token_file: TokenFile = None,
+    ca_file: CaFile = None,
+    cert_file: CertFile = None,
+    key_file: KeyFile = None,
+    server_name: ServerName = None,
+    json_path: JsonOption = None,
+) -> None:
+    """Every job (or one): state, flows, bindings, revisions, predicted bus bandwidth."""
+
+    def body(client: AdminClient) -> None:
+        reply = client.jobs(job)
+        rows = [
+            [
+                j.job_id,
+                j.tenant,
+                _state(j.state),
+                str(j.ranks),
+                str(j.flows),
+                str(j.bound),
+                str(j.issues),
+                f"{j.planned_revision}/{j.intent_revision}",
+                f"{j.prediction.busbw_fraction:.0%}" if j.HasField("prediction") else "",
+            ]
+            for j in reply.jobs
+        ]
+        columns = ["job", "tenant", "state", "ranks", "flows", "bound", "issues", "planned/rev",
+                   "busbw"]  # fmt: skip
+        emit(
+            json_path,
+            as_dict(reply),
+            lambda: console.print(_table(f"jobs at epoch {reply.epoch}", columns, rows)),
+        )
+
+    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+
+
+@admin_app.command("plan")
+def admin_plan(
+    address: Address = "127.0.0.1:50051",
+    token_file: TokenFile = None,
+    ca_file: CaFile = None,
+    cert_file: CertFile = None,
+    key_file: KeyFile = None,
+    server_name: ServerName = None,
+    json_path: JsonOption = None,
+) -> None:
+    """The plan in force: its decision, bounds and hottest links."""
+
+    def body(client: AdminClient) -> None:
+        p = client.plan()
+        d = p.decision
+
+        def render() -> None:
+            console.print(f"epoch {p.epoch}: {d.reason or 'no plan yet'}")
+            console.print(
+                f"flows {d.flows}, max utilization {d.max_utilization:.2f} "
+                f"(bound {d.bound:.2f}, gap {d.gap:.1%}), unreachable {p.unreachable}"
+            )
+            for link in p.hottest_links:
+                console.print(f"  {link}")
+
+        emit(json_path, as_dict(p), render)
+
+    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+
+
+@admin_app.command("decisions")
+def admin_decisions(
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="How many, newest first.")] = 20,
+    before: Annotated[int, typer.Option(min=0, help="Only those before this sequence.")] = 0,
+    address: Address = "127.0.0.1:50051",
+    token_file: TokenFile = None,
+    ca_file: CaFile = None,
+    cert_file: CertFile = None,
+    key_file: KeyFile = None,
+    server_name: ServerName = None,
+    json_path: JsonOption = None,
+) -> None:
+    """The decision log: why each plan was made and what it changed."""
+
+    def body(client: AdminClient) -> None:
+        found = client.decisions(limit, before)
+        columns = ["seq", "epoch", "at", "result", "reason", "flows", "moved", "max util",
+                   "rewrites", "error"]  # fmt: skip
+        emit(
+            json_path,
+            {"decisions": [as_dict(d) for d in found]},
+            lambda: console.print(_table("decisions", columns, [_decision_row(d) for d in found])),
+        )
+
+    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+
+
+@admin_app.command("drain")
+def admin_drain(
+    link: Annotated[str, typer.Argument(help="'a--b', or one end 'device:interface'.")],
+    reason: Annotated[str, typer.Option(help="Why (kept with the drain; shown to everyone).")],
+    wait: Annotated[bool, typer.Option(help="Answer once a plan without it is in force.")] = True,
+    address: Address = "127.0.0.1:50051",
+    token_file: TokenFile = None,
+    ca_file: CaFile = None,
+    cert_file: CertFile = None,
+    key_file: KeyFile = None,
+    server_name: ServerName = None,
+    json_path: JsonOption = None,
+) -> None:
+    """Take a link out of every plan (operator override, kept across restarts)."""
+
+    def body(client: AdminClient) -> None:
+        reply = client.drain(link, reason, wait=wait)
+        text = f"{reply.link_id}: {reply.effective}" + ("" if reply.changed else " (already)")
+        emit(json_path, as_dict(reply), lambda: console.print(text, highlight=False))
+
+    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+
+
+@admin_app.command("restore")
+def admin_restore(
+    link: Annotated[str, typer.Argument(help="'a--b', or one end 'device:interface'.")],
+    wait: Annotated[bool, typer.Option(help="Answer once the next plan is in force.")] = True,
+    address: Address = "127.0.0.1:50051",
+    token_file: TokenFile = None,
+    ca_file: CaFile = None,
+    cert_file: CertFile = None,
+    key_file: KeyFile = None,
+    server_name: ServerName = None,
+    json_path: JsonOption = None,
+) -> None:
+    """Give a drained link back (in use after the hold-down, like any returning link)."""
+
+    def body(client: AdminClient) -> None:
+        reply = client.restore(link, wait=wait)
+        text = f"{reply.link_id}: {reply.effective}" + ("" if reply.changed else " (already)")
+        emit(json_path, as_dict(reply), lambda: console.print(text, highlight=False))
+
+    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+
+
+@admin_app.command("replan")
+def admin_replan(
+    reason: Annotated[str, typer.Option(help="Why (in the decision log).")] = "operator",
+    wait: Annotated[bool, typer.Option(help="Answer with the decision it made.")] = True,
+    address: Address = "127.0.0.1:50051",
+    token_file: TokenFile = None,
+    ca_file: CaFile = None,
+    cert_file: CertFile = None,
+    key_file: KeyFile = None,
+    server_name: ServerName = None,
+    json_path: JsonOption = None,
+) -> None:
+    """Plan again now, even if nothing changed."""
+
+    def body(client: AdminClient) -> None:
+        reply = client.replan(reason, wait=wait)
+        d = reply.decision
+        text = f"epoch {d.epoch}: {d.reason}, moved {d.moved}" if reply.HasField("decision") else (
+            "asked"
+        )  # fmt: skip
+        emit(json_path, as_dict(reply), lambda: console.print(text, highlight=False))
+
+    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+
+
+@admin_app.command("watch")
+def admin_watch(
+    job: Annotated[str, typer.Argument(help="The job to follow.")],
+    interval: Annotated[
+        float, typer.Option(min=0.1, max=3600, help="Seconds between looks.")
+    ] = 1.0,
+    seconds: Annotated[
+        float, typer.Option("--for", min=0, help="Stop after this long (0: until Ctrl-C).")
+    ] = 0.0,
+    address: Address = "127.0.0.1:50051",
+    token_file: TokenFile = None,
+    ca_file: CaFile = None,
+    cert_file: CertFile = None,
+    key_file: KeyFile = None,
+    server_name: ServerName = None,
+    json_path: JsonOption = None,
+) -> None:
+    """Print a job's state each time it changes (state, revisions, bindings, epoch)."""
+
+    def body(client: AdminClient) -> None:
+        end = time.monotonic() + seconds if seconds else None
+        last: tuple[Any, ...] | None = None
+        seen: list[dict[str, Any]] = []
+        try:
+            while end is None or time.monotonic() < end:
+                reply = client.jobs(job)
+                if not reply.jobs:
+                    raise C4pError(f"job {job!r} is not registered")
+                j = reply.jobs[0]
+                now = (_state(j.state), j.intent_revision, j.planned_revision, j.bound,
+                       j.issues, j.last_change_epoch)  # fmt: skip
+                if now != last:
+                    last = now
+                    seen.append(as_dict(j))
+                    if json_path is None or str(json_path) != "-":
+                        console.print(
+                            f"{time.strftime('%H:%M:%S')} {job}: {now[0]}, revision "
+                            f"{now[2]}/{now[1]}, {now[3]} bound, {now[4]} issues, "
+                            f"epoch {now[5]}",
+                            highlight=False,
+                        )
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            pass
+        if json_path is not None:
+            emit(json_path, {"changes": seen}, lambda: None)
+
+    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)

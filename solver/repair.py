@@ -1,0 +1,358 @@
+"""Repair a plan at a target utilization: keep what may stay, evict the excess, re-place.
+
+Why: after one failure, drain or restore the plan in force is almost right. Re-solving from
+scratch and then steering the result back toward the old plan (what a secondary "fewest moves"
+objective does) is slow and still moves more than needed; repairing it directly is both fast and
+close to the least movement possible, and it comes with a *lower bound on the moves* so the
+planner can say how close.
+
+**Target.** Every switch-to-switch resource ``r`` may carry utilization ``<= z`` (``z`` is
+normally the best lower bound on the max utilization: reaching it is optimal).
+
+**Lower bound on moves.** A flow whose previous path is gone must move. Of the flows that may
+stay, resource ``r`` holding load ``L_r`` with utilization above ``z`` must shed at least
+``e_r = ceil((L_r * σ_r - z) / (w_r * σ_r))`` of them (``w_r`` its heaviest flow, ``σ_r`` its
+scale). A flow's path crosses each *layer* of a Clos at most once (leaf->agg, agg->core,
+core->agg, agg->leaf; in two tiers uplinks and downlinks), so moving one flow relieves at most one
+resource per layer, and at least ``max over layers of sum e_r`` flows must move. Equal to the
+minimum in the common cases (a failed link: its flows move and nothing else needs to).
+
+**Method.** (1) *Evict*: on every resource above ``z`` (most over first), the flows that must
+leave, preferring those that also relieve another over-full resource, then the lightest-loaded
+alternatives. (2) *Place* the evicted and the unplaced flows, heaviest first, each on the
+candidate whose worst utilization after adding it is least, if that is ``<= z``. (3) Where no
+candidate fits, an *ejection chain* of depth one: take the candidate with the fewest blocking
+resources, and for each blocking resource relocate one flow that crosses it to a candidate of its
+own that fits (flows already moved first, as moving them again costs nothing). If a flow still
+does not fit, the repair fails at this ``z`` and the planner falls back to its other methods.
+Each step only looks at the flows on the resources involved, so a repair costs milliseconds even
+at 16k GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.kempe import SpineGrid, exchange
+from solver.problem import TOLERANCE, Problem
+from topology.index import BoolArray, FloatArray, IntArray
+
+__all__ = ["Repair", "layers", "min_moves", "repair"]
+
+
+@dataclass(frozen=True)
+class Repair:
+    """A repaired assignment of a component's flows (aligned with them), if one reached ``z``."""
+
+    choice: IntArray
+    reached: bool
+    moved: int
+    """Flows that had a path that may stay and were moved anyway (ejections included)."""
+
+
+def layers(problem: Problem) -> IntArray:
+    """A layer number per resource (plus the pad): the (tier of its source, tier of its
+    destination) pair, so that a path crosses each layer at most once."""
+    index = problem.index
+    tier = np.asarray(index.tier, dtype=np.int64)
+    out = np.full(problem.pad + 1, -1, dtype=np.int64)
+    out[:-1] = tier[index.res_src] * 16 + tier[index.res_dst]
+    return out
+
+
+def _limit(z: float) -> float:
+    return z * (1 + TOLERANCE) + TOLERANCE
+
+
+def min_moves(problem: Problem, flows: IntArray, prior: IntArray, z: float) -> int:
+    """The lower bound of the module docstring: flows of ``flows`` that had a path (``prior``
+    is ``-2`` for a flow without a previous path, ``-1`` for one whose path is gone) and must
+    move for every resource to be at utilization ``<= z``."""
+    forced = np.flatnonzero(prior == -1)
+    kept = prior >= 0
+    load: FloatArray = np.zeros(problem.pad + 1)
+    extra = 0
+    if kept.any():
+        rows = problem.table[problem.rows(flows[kept], prior[kept])]
+        w = np.repeat(problem.weight[flows[kept]], rows.shape[1])
+        res = rows.ravel()
+        load = np.bincount(res, weights=w, minlength=problem.pad + 1).astype(np.float64)
+        heaviest = np.zeros(problem.pad + 1)
+        np.maximum.at(heaviest, res, w)
+        scale = problem.scale
+        over = np.flatnonzero((load * scale > _limit(z)) & (scale > 0))
+        if over.size:
+            excess = np.ceil((load[over] * scale[over] - z) / (heaviest[over] * scale[over]) - 1e-9)
+            layer = layers(problem)[over]
+            codes = np.unique(layer, return_inverse=True)[1].ravel()
+            extra = int(np.bincount(codes, weights=excess).max())
+    # Equal weights: a displaced flow that fits on no candidate beside the flows that stay
+    # lands on a link that was full, which some staying flow must leave; a moved flow leaves
+    # one unit on each link of its path (at most ``H`` links), so ``ceil(stuck / H)`` moves.
+    limit = _limit(z)
+    stuck = 0
+    for f in flows[forced].tolist():
+        rows = problem.candidates(int(problem.pair[f]))
+        util = (load[rows] + problem.weight[f]) * problem.scale[rows]
+        stuck += int(not np.any(util.max(axis=1) <= limit))
+    weights = problem.weight[flows]
+    if stuck and np.all(weights == weights[0]):  # one unit freed serves one displaced flow
+        hops = int(problem.table.shape[1])
+        extra = max(extra, -(-stuck // max(hops, 1)))
+    return len(forced) + extra
+
+
+class _State:
+    """Loads and the flows on each resource, for one component, while repairing."""
+
+    def __init__(self, problem: Problem, flows: IntArray, choice: IntArray, z: float) -> None:
+        self.problem = problem
+        self.flows = flows
+        self.choice = choice
+        self.limit = _limit(z)
+        self.weight = problem.weight[flows]
+        self.pair = problem.pair[flows]
+        self.load: FloatArray = np.zeros(problem.pad + 1)
+        self.now = np.full((len(flows), problem.table.shape[1]), problem.pad, dtype=np.int64)
+        placed = np.flatnonzero(choice >= 0)
+        if placed.size:
+            self.now[placed] = problem.table[problem.rows(flows[placed], choice[placed])]
+            self.load = problem.loads(flows[placed], choice[placed])
+        self.load[problem.pad] = 0.0
+
+    def on(self, r: int) -> list[int]:
+        """Positions of the flows whose current path crosses resource ``r``."""
+        return np.flatnonzero((self.now == r).any(axis=1)).tolist()
+
+    def row(self, i: int, k: int) -> IntArray:
+        p = self.problem
+        row: IntArray = p.table[p.offset[self.pair[i]] + k]
+        return row
+
+    def candidates(self, i: int) -> IntArray:
+        return self.problem.candidates(int(self.pair[i]))
+
+    def remove(self, i: int) -> None:
+        k = int(self.choice[i])
+        if k < 0:
+            return
+        row = self.row(i, k)
+        self.load[row] -= self.weight[i]
+        self.load[self.problem.pad] = 0.0
+        self.now[i] = self.problem.pad
+        self.choice[i] = -1
+
+    def add(self, i: int, k: int) -> None:
+        row = self.row(i, k)
+        self.load[row] += self.weight[i]
+        self.load[self.problem.pad] = 0.0
+        self.now[i] = row
+        self.choice[i] = k
+
+    def utils(self, i: int) -> FloatArray:
+        """Utilization along each candidate of flow ``i`` were it added there."""
+        rows = self.candidates(i)
+        util: FloatArray = (self.load[rows] + self.weight[i]) * self.problem.scale[rows]
+        return util
+
+    def best_fit(self, i: int) -> int:
+        """The candidate that keeps ``i``'s worst utilization least if within the limit,
+        ties by the sum; ``-1`` if none fits."""
+        util = self.utils(i)
+        peak = util.max(axis=1)
+        fits = np.flatnonzero(peak <= self.limit)
+        if not fits.size:
+            return -1
+        best = peak[fits].min()
+        tied = fits[peak[fits] <= best + abs(best) * TOLERANCE]
+        if tied.size > 1:
+            total = util[tied].sum(axis=1)
+            return int(tied[np.argmin(total)])
+        return int(tied[0])
+
+
+def _evict(state: _State) -> list[int]:
+    """Remove flows from every resource above the limit (see the module docstring)."""
+    problem = state.problem
+    scale = problem.scale
+    evicted: list[int] = []
+    over = np.flatnonzero(state.load * scale > state.limit)
+    order = over[np.argsort(-(state.load[over] * scale[over]), kind="stable")]
+    for r in order.tolist():
+        if state.load[r] * scale[r] <= state.limit:
+            continue
+        members = state.on(r)
+
+        def score(i: int) -> tuple[int, float, int]:
+            row = state.row(i, int(state.choice[i]))
+            others = int(np.count_nonzero(state.load[row] * scale[row] > state.limit)) - 1
+            return (-others, -float(state.weight[i]), i)
+
+        for i in sorted(members, key=score):
+            if state.load[r] * scale[r] <= state.limit:
+                break
+            state.remove(i)
+            evicted.append(i)
+    return evicted
+
+
+EJECT_ROWS = 8
+"""Candidates of a flow an ejection chain tries (fewest blocking resources first)."""
+
+EJECT_DEPTH = 3
+"""Levels of an ejection chain: a flow, the flows it displaces, the flows those displace."""
+
+EJECT_DEEPER = 4
+"""Flows on a blocking resource whose own ejection a chain tries one level deeper."""
+
+
+def _restore(state: _State, saved: IntArray) -> None:
+    for g in np.flatnonzero(state.choice != saved).tolist():
+        state.remove(g)
+        if saved[g] >= 0:
+            state.add(g, int(saved[g]))
+
+
+def _eject(
+    state: _State, i: int, moved: BoolArray, depth: int = 2, frozen: frozenset[int] = frozenset()
+) -> bool:
+    """Place ``i`` by relocating one flow off each blocking resource of some candidate; a
+    relocated flow that fits nowhere may in turn eject others, ``depth`` levels in all."""
+    problem = state.problem
+    scale = problem.scale
+    util = state.utils(i)
+    over = util > state.limit
+    blocking = over.sum(axis=1)
+    # Candidates blocked by the same resources fail alike: try one of each, fewest first.
+    rows = state.candidates(i)
+    signatures = np.where(over, rows, -1)
+    order: list[int] = []
+    seen: set[bytes] = set()
+    for k in np.argsort(blocking, kind="stable").tolist():
+        key = signatures[k].tobytes()
+        if key not in seen:
+            seen.add(key)
+            order.append(k)
+            if len(order) == EJECT_ROWS:
+                break
+    chain = frozen | {i}
+    for k in order:
+        saved = state.choice.copy()
+        row = state.row(i, k)
+        blocked = [r for r in row.tolist() if (state.load[r] + state.weight[i]) * scale[r]
+                   > state.limit]  # fmt: skip
+        state.add(i, k)
+        ok = True
+        for r in blocked:
+            if state.load[r] * scale[r] <= state.limit:
+                continue
+            members = sorted((g for g in state.on(r) if g not in chain),
+                             key=lambda g: (not moved[g], g))  # fmt: skip
+            done = False
+            for n, g in enumerate(members):
+                old = int(state.choice[g])
+                state.remove(g)
+                k2 = state.best_fit(g)
+                if k2 >= 0 and k2 != old:
+                    state.add(g, k2)
+                    done = True
+                    break
+                if depth > 1 and n < EJECT_DEEPER:
+                    before = state.choice.copy()
+                    if _eject(state, g, moved, depth - 1, chain) and (
+                        state.load[r] * scale[r] <= state.limit
+                    ):
+                        done = True
+                        break
+                    _restore(state, before)
+                if state.choice[g] < 0:
+                    state.add(g, old)
+            if not done:
+                ok = False
+                break
+        if ok:
+            moved[state.choice != saved] = True
+            return True
+        _restore(state, saved)
+    return False
+
+
+MAX_EXCHANGES = 64
+"""Spine pairs a two-spine exchange tries for one flow before giving up on it."""
+
+
+def _swap(state: _State, grid: SpineGrid, i: int, z: float) -> bool:
+    """Place ``i`` by a two-spine exchange (:mod:`solver.kempe`), the one changing least:
+    ``i`` goes to a spine ``a`` with room on one of its two links, and flows on ``a`` trade
+    places with flows on a spine ``b`` that has room where ``a`` has none."""
+    problem = state.problem
+    index = problem.index
+    u, v = problem.pair_leaves[state.pair[i]].tolist()
+    lp = int(np.searchsorted(grid.pairs, state.pair[i]))
+    usable = grid.rows[lp] >= 0
+    scale, w = problem.scale, state.weight[i]
+
+    def room(res: IntArray) -> BoolArray:
+        ok: BoolArray = res >= 0
+        ok[ok] = index.res_usable[res[ok]]
+        safe = np.where(ok, res, problem.pad)
+        fits: BoolArray = ok & ((state.load[safe] + w) * scale[safe] <= state.limit)
+        return fits
+
+    between = index.resource_between
+    spines = grid.spines.tolist()
+    room_up = room(np.array([between.get((u, s), -1) for s in spines], dtype=np.int64))
+    room_down = room(np.array([between.get((s, v), -1) for s in spines], dtype=np.int64))
+    combos: list[tuple[int, int]] = []
+    for a in np.flatnonzero(usable & (room_up | room_down)).tolist():
+        others = room_down if room_up[a] else room_up
+        combos.extend((a, b) for b in np.flatnonzero(others).tolist() if b != a)
+    best: IntArray | None = None
+    changes = 0
+    for a, b in combos[:MAX_EXCHANGES]:
+        out = exchange(problem, grid, state.flows, state.choice, state.load, i, a, b, z)
+        if out is None:
+            continue
+        n = int(np.count_nonzero(out != state.choice))
+        if best is None or n < changes:
+            best, changes = out, n
+    if best is None:
+        return False
+    for g in np.flatnonzero(best != state.choice).tolist():
+        k = int(best[g])
+        state.remove(g)
+        state.add(g, k)
+    return True
+
+
+def repair(
+    problem: Problem, flows: IntArray, prior: IntArray, z: float, grid: SpineGrid | None = None
+) -> Repair:
+    """Repair the component's ``flows`` (``prior``: each one's previous candidate, ``< 0``
+    where none may stay) to utilization ``<= z``; see the module docstring. ``grid`` (2-tier
+    components of equal weights) enables two-spine exchanges."""
+    choice = np.where(prior >= 0, prior, -1).astype(np.int64)
+    state = _State(problem, flows, choice, z)
+    moved = np.zeros(len(flows), dtype=bool)
+    evicted = _evict(state)
+    moved[evicted] = True
+    free = np.flatnonzero(choice < 0)
+    order = free[np.argsort(-state.weight[free], kind="stable")]
+    reached = True
+    for i in order.tolist():
+        k = state.best_fit(i)
+        if k >= 0:
+            state.add(i, k)
+            continue
+        if grid is not None and _swap(state, grid, i, z):
+            continue
+        if _eject(state, i, moved, EJECT_DEPTH):
+            continue
+        reached = False
+        util = state.utils(i)
+        state.add(i, int(np.argmin(util.max(axis=1))))
+    had = prior >= 0
+    changed = had & (choice != prior)
+    return Repair(choice, reached, int(np.count_nonzero(changed)))

@@ -1,0 +1,70 @@
+"""``c4p admin`` against a real embedded controller over loopback gRPC."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from service_cases import ADMIN_TOKEN, clients, hosts, serving, spread_fabric
+from typer.testing import CliRunner
+
+from c4p.cli import app
+from c4p.client import communicator
+
+FABRIC = spread_fabric()
+HOSTS = hosts(FABRIC)
+runner = CliRunner()
+
+
+def admin(address: str, *args: str, code: int = 0, token: str | None = ADMIN_TOKEN) -> str:
+    env = {"C4P_ADMIN_TOKEN": token} if token is not None else {"C4P_ADMIN_TOKEN": ""}
+    result = runner.invoke(app, ["admin", *args, "--address", address], env=env)
+    assert result.exit_code == code, result.output
+    return result.output
+
+
+def test_the_operator_cli_reads_and_changes_the_controller(tmp_path: Path) -> None:
+    with serving(FABRIC, tmp_path) as service, clients(service.address) as (flow, _):
+        job = flow.register_job("train", hosts=HOSTS[:2])
+        job.submit([communicator("dp", qps_per_connection=2)])
+        a = service.address
+        admin(a, "replan", "--reason", "cli test")
+        assert "train" in admin(a, "jobs")
+        listed = json.loads(admin(a, "jobs", "--json", "-"))
+        assert listed["jobs"][0]["job_id"] == "train"
+        assert "epoch" in admin(a, "plan")
+        log = json.loads(admin(a, "decisions", "--limit", "5", "--json", "-"))
+        assert log["decisions"] and log["decisions"][0]["reason"]
+        link = FABRIC.links[0].id
+        assert "drained" in admin(a, "drain", link, "--reason", "optics")
+        assert "already" in admin(a, "drain", link, "--reason", "optics")
+        assert "held" in admin(a, "restore", link) or "up" in admin(a, "restore", link)
+        watched = json.loads(admin(a, "watch", "train", "--for", "0.3", "--interval", "0.1",
+                                   "--json", "-"))  # fmt: skip
+        assert watched["changes"][0]["job_id"] == "train"
+        token_file = tmp_path / "token"
+        token_file.write_text(ADMIN_TOKEN + "\n")
+        assert "train" in admin(a, "jobs", "--token-file", str(token_file), token=None)
+
+
+@pytest.mark.parametrize(
+    ("args", "token", "code", "says"),
+    [
+        (["jobs"], None, 2, "C4P_ADMIN_TOKEN"),
+        (["jobs"], "wrong-token-0123456789", 2, "PERMISSION_DENIED"),
+        (["drain", "no--such", "--reason", "x"], ADMIN_TOKEN, 2, "NOT_FOUND"),
+        (["watch", "nobody", "--for", "0.2"], ADMIN_TOKEN, 2, "not registered"),
+    ],
+)
+def test_refusals_are_one_line(
+    tmp_path: Path, args: list[str], token: str | None, code: int, says: str
+) -> None:
+    with serving(FABRIC, tmp_path) as service:
+        out = admin(service.address, *args, code=code, token=token)
+    assert says in out and "Traceback" not in out
+
+
+def test_an_unreachable_controller_is_exit_1() -> None:
+    out = admin("127.0.0.1:1", "jobs", code=1)
+    assert "127.0.0.1:1" in out
