@@ -15,11 +15,9 @@ import os
 import pwd
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from topology.base import Frozen as _Frozen
 
 
 class SocketConfig(_Frozen):
