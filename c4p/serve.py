@@ -20,6 +20,8 @@ targets file is read and checked here too, so a bad one stops ``c4p serve`` befo
 from __future__ import annotations
 
 import ipaddress
+import os
+import socket
 from pathlib import Path
 from typing import Literal, Self, TypeVar
 
@@ -183,10 +185,64 @@ class AgentsConfig(Strict):
         return out
 
 
+class EtcdTlsConfig(Strict):
+    ca_file: Path = Field(description="CA of the etcd members' certificates (PEM).")
+    cert_file: Path | None = Field(default=None, description="Client certificate (etcd mTLS).")
+    key_file: Path | None = Field(default=None, description="Client key (etcd mTLS).")
+
+    @model_validator(mode="after")
+    def _pair(self) -> Self:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("give both cert_file and key_file, or neither")
+        return self
+
+
 class StoreConfig(Strict):
+    """``store:``: ``kind: sqlite`` (one controller, the default) or ``kind: etcd`` (replicas)."""
+
+    kind: Literal["sqlite", "etcd"] = "sqlite"
     path: Path = Field(default=Path("c4p-controller.db"), description="SQLite file.")
     synchronous: Synchronous = Synchronous.FULL
     tombstone_horizon: int = Field(default=1000, ge=1, description="Epochs a resume may span.")
+    endpoints: tuple[str, ...] = Field(default=(), description="etcd members, host:port.")
+    prefix: str = Field(default="/c4p/", min_length=1, max_length=128, pattern=r"^/[\x21-\x7e]*$")
+    tls: EtcdTlsConfig | None = Field(default=None, description="TLS toward etcd (none: plain).")
+    lease_ttl_s: int = Field(default=3, ge=2, le=60, description="Leader lease; failover bound.")
+    timeout_s: float = Field(default=2.0, gt=0, le=60, description="Deadline of one etcd call.")
+
+    @model_validator(mode="after")
+    def _etcd(self) -> Self:
+        if self.kind == "etcd":
+            if not self.endpoints:
+                raise ValueError("kind 'etcd' needs endpoints (host:port of each member)")
+            for endpoint in self.endpoints:
+                host, _ = split_address(endpoint)
+                if self.tls is None and not is_loopback(host):
+                    raise ValueError(
+                        f"endpoints: plaintext etcd is allowed on loopback only, not {host!r}; "
+                        "set tls"
+                    )
+        return self
+
+
+class ReplicaConfig(Strict):
+    """``replica:`` (with ``store.kind: etcd``): this replica's identity in the election."""
+
+    name: str = Field(
+        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
+        min_length=1,
+        max_length=128,
+    )
+    advertise: str | None = Field(
+        default=None, description="host:port clients dial (default: the bound listen address)."
+    )
+    poll_s: float = Field(default=0.2, gt=0, le=10, description="How often a follower campaigns.")
+
+    @model_validator(mode="after")
+    def _address(self) -> Self:
+        if self.advertise:
+            split_address(self.advertise)
+        return self
 
 
 class LimitsConfig(Strict):
@@ -225,6 +281,7 @@ class ServeConfig(Strict):
     tls: TlsConfig = TlsConfig()
     auth: AuthConfig = AuthConfig()
     store: StoreConfig = StoreConfig()
+    replica: ReplicaConfig = Field(default_factory=ReplicaConfig)
     planner: PlannerSettings = PlannerSettings()
     controller: LoopSettings = LoopSettings()
     flap: FlapSettings = FlapSettings()
@@ -297,7 +354,19 @@ class ServeConfig(Strict):
                         k: fix(getattr(self.fabric, k)) for k in ("path", "targets", "declared")
                     }
                 ),
-                "store": self.store.model_copy(update={"path": fix(self.store.path)}),
+                "store": self.store.model_copy(
+                    update={
+                        "path": fix(self.store.path),
+                        "tls": None
+                        if self.store.tls is None
+                        else self.store.tls.model_copy(
+                            update={
+                                k: fix(getattr(self.store.tls, k)) or getattr(self.store.tls, k)
+                                for k in ("ca_file", "cert_file", "key_file")
+                            }
+                        ),
+                    }
+                ),
                 "tls": tls.model_copy(
                     update={
                         k: fix(getattr(tls, k)) for k in ("cert_file", "key_file", "client_ca_file")
@@ -327,6 +396,11 @@ class ServeConfig(Strict):
         files += [
             (f"tls.{k}", getattr(self.tls, k)) for k in ("cert_file", "key_file", "client_ca_file")
         ]
+        if self.store.tls is not None:
+            files += [
+                (f"store.tls.{k}", getattr(self.store.tls, k))
+                for k in ("ca_file", "cert_file", "key_file")
+            ]
         for where, path in files:
             if path is not None and not Path(path).is_file():
                 found.append((where, f"no such file: {path}"))

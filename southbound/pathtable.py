@@ -456,6 +456,70 @@ class PathTable:
                 self._by_group.setdefault(group, set()).add(leaves)
         return Invalidation(tuple(changed), tuple(stale), tuple(keys))
 
+    def rewire(self, fabric: Fabric) -> tuple[PathTable, Invalidation]:
+        """A table for a *re-cabled* topology (links added, removed or moved: node and
+        resource numbers differ, so :meth:`invalidate` cannot move this one), carrying every
+        entry across by node names.
+
+        An entry is kept as it is when its path exists in ``fabric`` and every ECMP group it
+        consults has the same members (by the members' names); it is kept *stale* when one of
+        those groups changed (vendors remap ``hash mod n``), and dropped when its path or an
+        endpoint is gone or a NIC moved to another leaf. The invalidation names, in the new
+        numbering, the stale entries and the keys that lost or staled entries, for
+        ``ProbePlanner.reprobe``: exactly what the change touched is probed again."""
+        new = PathTable(fabric, self.scope, self.rule)
+        old_i, new_i = self._index, fabric.index
+
+        def moved(n: int) -> int | None:
+            return new_i.node_of.get(old_i.node_names[n])
+
+        def members(index: FabricIndex, group: GroupKey) -> frozenset[str]:
+            hops = index.routing.next_hops(*group)
+            return frozenset(index.node_names[int(index.res_dst[r])] for r in hops)
+
+        changed: set[GroupKey] = set()
+        stale: list[tuple[TableKey, int]] = []
+        keys: set[TableKey] = set()
+        for key, state in sorted(self._keys.items()):
+            a, b = moved(key[0]), moved(key[1])
+            if a is None or b is None:
+                continue
+            try:
+                new_key: TableKey = (a, b)
+                old_leaves, new_leaves = self.leaves(key), new.leaves(new_key)
+            except PathError:  # a NIC port without its one cable now
+                continue
+            if (moved(old_leaves[0]), moved(old_leaves[1])) != new_leaves:
+                keys.add(new_key)  # a NIC moved to another leaf: learn this key anew
+                continue
+            for sport, entry in sorted(state.entries.items()):
+                try:
+                    middle = new_i.path_resources(old_i.path_nodes(entry.middle))
+                except PathError:
+                    keys.add(new_key)
+                    continue
+                groups_changed = False
+                for group in self._groups_along(old_leaves, entry.middle):
+                    node = moved(group[0])
+                    after = None if node is None else (node, new_leaves[1], group[2])
+                    if after is None or members(old_i, group) != members(new_i, after):
+                        groups_changed = True
+                        if after is not None:
+                            changed.add(after)
+                target = new._state(new_key)
+                kept = PortEntry(middle, agreeing=entry.agreeing, changes=entry.changes)
+                target.entries[sport] = kept
+                target.by_middle.setdefault(middle, set()).add(sport)
+                if groups_changed or entry.stale:
+                    kept.stale, kept.agreeing = True, 0
+                    stale.append((new_key, sport))
+                    keys.add(new_key)
+                elif new.trusted(kept):
+                    target.trusted[middle] += 1
+                else:
+                    target.pending.add(sport)
+        return new, Invalidation(tuple(sorted(changed)), tuple(stale), tuple(sorted(keys)))
+
     def _groups_along(self, leaves: TableKey, middle: Middle) -> set[GroupKey]:
         """The groups a packet consults along ``middle`` (from tiers: valid after a change)."""
         index = self._index

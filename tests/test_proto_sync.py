@@ -17,6 +17,13 @@ def test_committed_stubs_are_generated_from_the_proto_files() -> None:
     )
 
 
+def test_committed_etcd_stubs_are_generated_from_the_proto_file() -> None:
+    drift = generate.differences(generate.ETCD.out_dir, generate.ETCD)
+    assert not drift, "stubs drifted from proto/etcd/v3: run python -m c4p.api.generate\n" + (
+        "\n".join(drift)
+    )
+
+
 def test_every_rpc_of_the_contract_is_served() -> None:
     for module, servicer in (
         (flow_intent_pb2, FlowIntentServicer),

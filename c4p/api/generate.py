@@ -12,9 +12,12 @@ The proto package is ``c4p.v1`` (files under ``proto/c4p/v1/``), but the Python 
 generated code is not strictly typed; the ``.pyi`` stubs still type every message for callers)
 and a note saying where the file comes from.
 
+A second bundle, ``proto/etcd/v3/`` -> ``c4p/store/etcdpb/``, holds the subset of etcd's v3 API
+that the etcd store (:mod:`c4p.store.etcd`) calls; it is generated and checked the same way.
+
 Usage::
 
-    python -m c4p.api.generate           # rewrite c4p/api/v1/
+    python -m c4p.api.generate           # rewrite c4p/api/v1/ and c4p/store/etcdpb/
     python -m c4p.api.generate --check   # exit 1 and list the files that differ
 """
 
@@ -27,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,10 +38,43 @@ PROTO_ROOT = ROOT / "proto"
 PROTO_DIR = PROTO_ROOT / "c4p" / "v1"
 OUT_DIR = Path(__file__).resolve().parent / "v1"
 
-_IMPORT = re.compile(r"^from c4p\.v1 import ", re.MULTILINE)
 _INIT = '''# mypy: ignore-errors
 """Generated stubs of the c4p.v1 API (see c4p/api/generate.py; do not edit)."""
 '''
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """One folder of ``.proto`` files and the Python package its stubs are written to."""
+
+    folder: str
+    """Under ``proto/``, e.g. ``c4p/v1``."""
+    package: str
+    """The Python package the stubs import each other from, e.g. ``c4p.api.v1``."""
+    out_dir: Path
+    init: str
+
+    @property
+    def proto_dir(self) -> Path:
+        return PROTO_ROOT / self.folder
+
+    def rewrite(self, text: str) -> str:
+        source = re.escape(self.folder.replace("/", "."))
+        return re.sub(
+            rf"^from {source} import ", f"from {self.package} import ", text, flags=re.MULTILINE
+        )
+
+
+V1 = Bundle("c4p/v1", "c4p.api.v1", OUT_DIR, _INIT)
+ETCD = Bundle(
+    "etcd/v3",
+    "c4p.store.etcdpb",
+    ROOT / "c4p" / "store" / "etcdpb",
+    '''# mypy: ignore-errors
+"""Generated stubs of the etcd v3 API subset (see c4p/api/generate.py; do not edit)."""
+''',
+)
+BUNDLES = (V1, ETCD)
 
 
 def _header(name: str, source: str) -> str:
@@ -47,21 +84,21 @@ def _header(name: str, source: str) -> str:
     )
 
 
-def proto_files() -> list[Path]:
-    """The ``.proto`` files of the API, in a stable order."""
-    return sorted(PROTO_DIR.glob("*.proto"))
+def proto_files(bundle: Bundle = V1) -> list[Path]:
+    """The ``.proto`` files of a bundle, in a stable order."""
+    return sorted(bundle.proto_dir.glob("*.proto"))
 
 
-def generate(out_dir: Path) -> list[Path]:
+def generate(out_dir: Path, bundle: Bundle = V1) -> list[Path]:
     """Generate every stub into ``out_dir`` (created; stale stub files removed); returns them.
 
     protoc runs in a child process: ``grpc_tools`` carries its own C++ protobuf, which aborts
     the interpreter if another copy (OR-Tools has one) is already loaded in it.
     """
     include = str(importlib.resources.files("grpc_tools") / "_proto")
-    files = proto_files()
+    files = proto_files(bundle)
     if not files:
-        raise SystemExit(f"no .proto files under {PROTO_DIR}")
+        raise SystemExit(f"no .proto files under {bundle.proto_dir}")
     with tempfile.TemporaryDirectory(prefix="c4p-protoc-") as tmp:
         args = [
             sys.executable,
@@ -77,7 +114,7 @@ def generate(out_dir: Path) -> list[Path]:
         done = subprocess.run(args, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SystemExit(f"protoc failed ({done.returncode}): {done.stderr.strip()}")
-        produced = Path(tmp) / "c4p" / "v1"
+        produced = Path(tmp) / bundle.folder
         out_dir.mkdir(parents=True, exist_ok=True)
         for stale in out_dir.glob("*_pb2*.py*"):
             stale.unlink()
@@ -86,20 +123,21 @@ def generate(out_dir: Path) -> list[Path]:
             if path.suffix not in (".py", ".pyi"):
                 continue
             stem = path.name.split("_pb2")[0]
-            text = _IMPORT.sub("from c4p.api.v1 import ", path.read_text(encoding="utf-8"))
+            text = bundle.rewrite(path.read_text(encoding="utf-8"))
             target = out_dir / path.name
-            target.write_text(_header(path.name, f"proto/c4p/v1/{stem}.proto") + text, "utf-8")
+            source = f"proto/{bundle.folder}/{stem}.proto"
+            target.write_text(_header(path.name, source) + text, "utf-8")
             written.append(target)
     init = out_dir / "__init__.py"
-    init.write_text(_INIT, encoding="utf-8")
+    init.write_text(bundle.init, encoding="utf-8")
     return [init, *written]
 
 
-def differences(committed: Path = OUT_DIR) -> list[str]:
+def differences(committed: Path = OUT_DIR, bundle: Bundle = V1) -> list[str]:
     """Files of ``committed`` that differ from a fresh generation (or are missing/extra)."""
     with tempfile.TemporaryDirectory(prefix="c4p-stubs-") as tmp:
         fresh = Path(tmp) / "v1"
-        generate(fresh)
+        generate(fresh, bundle)
         want = {p.name: p.read_bytes() for p in fresh.iterdir() if p.is_file()}
     have = {
         p.name: p.read_bytes()
@@ -117,15 +155,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     options = parser.parse_args(argv)
     if options.check:
-        problems = differences()
-        for line in problems:
-            print(f"c4p/api/v1/{line}", file=sys.stderr)
-        if problems:
+        drifted = False
+        for bundle in BUNDLES:
+            problems = differences(bundle.out_dir, bundle)
+            for line in problems:
+                print(f"{bundle.out_dir.relative_to(ROOT)}/{line}", file=sys.stderr)
+            drifted = drifted or bool(problems)
+        if drifted:
             print("stubs drifted: run python -m c4p.api.generate", file=sys.stderr)
-        return 1 if problems else 0
-    for path in generate(OUT_DIR):
-        print(f"wrote {path.relative_to(ROOT)}")
-    shutil.rmtree(OUT_DIR / "__pycache__", ignore_errors=True)
+        return 1 if drifted else 0
+    for bundle in BUNDLES:
+        for path in generate(bundle.out_dir, bundle):
+            print(f"wrote {path.relative_to(ROOT)}")
+        shutil.rmtree(bundle.out_dir / "__pycache__", ignore_errors=True)
     return 0
 
 

@@ -19,6 +19,7 @@ import grpc
 
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
+from c4p.client.endpoints import Endpoints
 from c4p.client.mirror import BindingChange, BindingMirror, OnChange, control_mode_name
 from c4p.client.wire import FLOW, ApiError, ClientTls, auth, secure_aio_channel
 from c4p.client.wire import control_mode as control_mode_pb
@@ -27,9 +28,14 @@ from topology.backoff import Backoff
 R = TypeVar("R")
 
 
-async def retrying(call: Callable[[], Awaitable[R]], attempts: int) -> R:
-    """Await ``call()`` until success, a non-retryable error, or ``attempts`` tries."""
-    backoff = Backoff()
+async def retrying(
+    call: Callable[[], Awaitable[R]],
+    attempts: int,
+    endpoints: Endpoints[grpc.aio.Channel] | None = None,
+) -> R:
+    """Await ``call()`` until success, a non-retryable error, or ``attempts`` tries; with
+    ``endpoints``, redirects are followed at once (the sync client's rule)."""
+    backoff = Backoff(cap=1.0) if endpoints is not None and endpoints.several else Backoff()
     for attempt in range(attempts):
         try:
             return await call()
@@ -37,6 +43,8 @@ async def retrying(call: Callable[[], Awaitable[R]], attempts: int) -> R:
             error = ApiError.from_rpc(exc)
             if not error.retryable or attempt == attempts - 1:
                 raise error from None
+            if endpoints is not None and endpoints.follow(error):
+                continue
         await asyncio.sleep(backoff.next())
     raise AssertionError("unreachable")
 
@@ -49,32 +57,57 @@ def _unary(channel: grpc.aio.Channel, path: str, response: Any) -> Any:
     )
 
 
-class AsyncFlowIntentClient:
-    """An asyncio connection to the controller's FlowIntentService."""
+class _Method:
+    """A call on whichever endpoint is current (see :class:`c4p.client.endpoints.Endpoints`)."""
 
     def __init__(
         self,
-        target: str,
+        endpoints: Endpoints[grpc.aio.Channel],
+        path: str,
+        response: Any,
+        stream: bool = False,
+    ) -> None:
+        self.endpoints, self.path, self.response, self.stream = endpoints, path, response, stream
+
+    def __call__(self, request: Any, **options: Any) -> Any:
+        channel = self.endpoints.channel()
+        if self.stream:
+            return channel.unary_stream(
+                self.path,
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=self.response.FromString,
+            )(request, **options)
+        return _unary(channel, self.path, self.response)(request, **options)
+
+
+class AsyncFlowIntentClient:
+    """An asyncio connection to the controller's FlowIntentService; ``target`` is one
+    ``host:port`` or the replicas of a highly available controller (as the sync client)."""
+
+    def __init__(
+        self,
+        target: str | Sequence[str],
         *,
         tls: ClientTls | None = None,
         register_token: str | None = None,
         timeout: float = 30.0,
         attempts: int = 6,
-        wait_for_ready: bool = True,
+        wait_for_ready: bool | None = None,
     ) -> None:
-        self.channel = secure_aio_channel(target, tls)
+        self.endpoints: Endpoints[grpc.aio.Channel] = Endpoints(
+            target, lambda t: secure_aio_channel(t, tls)
+        )
         self.register_token = register_token
         self.timeout = timeout
         self.attempts = attempts
-        self.wait_for_ready = wait_for_ready
-        self._register = _unary(self.channel, FLOW + "RegisterJob", fi.RegisterJobResponse)
-        self._submit = _unary(self.channel, FLOW + "SubmitIntents", fi.SubmitIntentsResponse)
-        self._release = _unary(self.channel, FLOW + "ReleaseJob", fi.ReleaseJobResponse)
-        self._watch = self.channel.unary_stream(
-            FLOW + "WatchBindings",
-            request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=fi.BindingUpdate.FromString,
+        self.wait_for_ready = (
+            not self.endpoints.several if wait_for_ready is None else wait_for_ready
         )
+        e = self.endpoints
+        self._register = _Method(e, FLOW + "RegisterJob", fi.RegisterJobResponse)
+        self._submit = _Method(e, FLOW + "SubmitIntents", fi.SubmitIntentsResponse)
+        self._release = _Method(e, FLOW + "ReleaseJob", fi.ReleaseJobResponse)
+        self._watch = _Method(e, FLOW + "WatchBindings", fi.BindingUpdate, stream=True)
 
     async def register_job(
         self,
@@ -102,6 +135,7 @@ class AsyncFlowIntentClient:
                 request, timeout=self.timeout, metadata=metadata, wait_for_ready=self.wait_for_ready
             ),
             self.attempts,
+            self.endpoints,
         )
         session = AsyncJobSession(self, reply.job_id, reply.token, list(reply.ranks))
         session.control_mode = control_mode_name(reply.control_mode)
@@ -111,7 +145,9 @@ class AsyncFlowIntentClient:
         return AsyncJobSession(self, job_id, token, [])
 
     async def close(self) -> None:
-        await self.channel.close()
+        for channel in self.endpoints.channels():
+            await channel.close()
+        self.endpoints.forget()
 
     async def __aenter__(self) -> Self:
         return self
@@ -152,20 +188,22 @@ class AsyncJobSession:
                 wait_for_ready=c.wait_for_ready,
             ),
             c.attempts,
+            c.endpoints,
         )
         return reply
 
     async def release(self) -> int:
         c = self.client
-        try:
-            reply = await c._release(
-                fi.ReleaseJobRequest(job_id=self.job_id),
-                timeout=c.timeout,
-                metadata=auth(self.token),
-            )
-        except grpc.RpcError as exc:
-            raise ApiError.from_rpc(exc) from None
-        return int(reply.epoch)
+        request = fi.ReleaseJobRequest(job_id=self.job_id)
+        for _ in range(len(c.endpoints.targets) + 1):  # follow a redirect, never retry blind
+            try:
+                reply = await c._release(request, timeout=c.timeout, metadata=auth(self.token))
+                return int(reply.epoch)
+            except grpc.RpcError as exc:
+                error = ApiError.from_rpc(exc)
+                if not (error.leader and c.endpoints.follow(error)):
+                    raise error from None
+        raise ApiError(grpc.StatusCode.UNAVAILABLE, "no leader answered", [])
 
     async def changes(
         self, mirror: BindingMirror, stop: asyncio.Event | None = None
@@ -186,6 +224,9 @@ class AsyncJobSession:
                 error = ApiError.from_rpc(exc)
                 if not error.retryable:
                     raise error from None
+                if self.client.endpoints.follow(error):
+                    mirror.discard_parts()
+                    continue  # a follower named the leader: resume there now
             mirror.discard_parts()
             await asyncio.sleep(backoff.next())
 

@@ -28,6 +28,7 @@ import grpc
 from c4p.api.v1 import admin_pb2 as admin
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
+from c4p.client.endpoints import Endpoints
 from c4p.client.mirror import BindingMirror, OnChange, control_mode_name
 from c4p.client.wire import ADMIN, FLOW, ApiError, ClientTls, auth, secure_channel
 from c4p.client.wire import control_mode as control_mode_pb
@@ -44,9 +45,36 @@ def _unary(channel: grpc.Channel, path: str, response: Any) -> Any:
     )
 
 
-def retrying(call: Callable[[], R], attempts: int, stop: threading.Event | None = None) -> R:
-    """``call()`` until it succeeds, a non-retryable error, or ``attempts`` tries."""
-    backoff = Backoff()
+class _Method:
+    """A unary (or server-streaming) method called on whichever endpoint is current."""
+
+    def __init__(
+        self, endpoints: Endpoints[grpc.Channel], path: str, response: Any, stream: bool = False
+    ) -> None:
+        self.endpoints, self.path, self.response, self.stream = endpoints, path, response, stream
+
+    def __call__(self, request: Any, **options: Any) -> Any:
+        channel = self.endpoints.channel()
+        if self.stream:
+            return channel.unary_stream(
+                self.path,
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=self.response.FromString,
+            )(request, **options)
+        return _unary(channel, self.path, self.response)(request, **options)
+
+
+def retrying(
+    call: Callable[[], R],
+    attempts: int,
+    stop: threading.Event | None = None,
+    endpoints: Endpoints[Any] | None = None,
+) -> R:
+    """``call()`` until it succeeds, a non-retryable error, or ``attempts`` tries; with
+    ``endpoints``, a follower's redirect is followed at once and a dead endpoint is left for the
+    next one (see :mod:`c4p.client.endpoints`)."""
+    # between replicas a new leader is elected within a lease TTL: do not sleep much longer
+    backoff = Backoff(cap=1.0) if endpoints is not None and endpoints.several else Backoff()
     for attempt in range(attempts):
         try:
             return call()
@@ -54,6 +82,8 @@ def retrying(call: Callable[[], R], attempts: int, stop: threading.Event | None 
             error = ApiError.from_rpc(exc)
             if not error.retryable or attempt == attempts - 1:
                 raise error from None
+            if endpoints is not None and endpoints.follow(error):
+                continue  # the answer named the leader: go there now
         pause = backoff.next()
         if stop is not None and stop.wait(pause):
             break
@@ -63,32 +93,39 @@ def retrying(call: Callable[[], R], attempts: int, stop: threading.Event | None 
 
 
 class FlowIntentClient:
-    """A connection to the controller's FlowIntentService."""
+    """A connection to the controller's FlowIntentService.
+
+    ``target`` is one ``host:port`` or several (a list, or comma-separated) of the replicas of a
+    highly available controller; with several, calls do not wait for a dead endpoint to come
+    back (``wait_for_ready`` is off unless asked for) but move on (see
+    :mod:`c4p.client.endpoints`).
+    """
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         *,
         tls: ClientTls | None = None,
         register_token: str | None = None,
         timeout: float = 30.0,
         attempts: int = 6,
-        wait_for_ready: bool = True,
+        wait_for_ready: bool | None = None,
     ) -> None:
-        self.target = target
-        self.channel = secure_channel(target, tls)
+        self.endpoints: Endpoints[grpc.Channel] = Endpoints(
+            target, lambda t: secure_channel(t, tls)
+        )
+        self.target = self.endpoints.targets[0]
         self.register_token = register_token
         self.timeout = timeout
         self.attempts = attempts
-        self.wait_for_ready = wait_for_ready
-        self._register = _unary(self.channel, FLOW + "RegisterJob", fi.RegisterJobResponse)
-        self._submit = _unary(self.channel, FLOW + "SubmitIntents", fi.SubmitIntentsResponse)
-        self._release = _unary(self.channel, FLOW + "ReleaseJob", fi.ReleaseJobResponse)
-        self._watch = self.channel.unary_stream(
-            FLOW + "WatchBindings",
-            request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=fi.BindingUpdate.FromString,
+        self.wait_for_ready = (
+            not self.endpoints.several if wait_for_ready is None else wait_for_ready
         )
+        e = self.endpoints
+        self._register = _Method(e, FLOW + "RegisterJob", fi.RegisterJobResponse)
+        self._submit = _Method(e, FLOW + "SubmitIntents", fi.SubmitIntentsResponse)
+        self._release = _Method(e, FLOW + "ReleaseJob", fi.ReleaseJobResponse)
+        self._watch = _Method(e, FLOW + "WatchBindings", fi.BindingUpdate, stream=True)
 
     def register_job(
         self,
@@ -117,6 +154,7 @@ class FlowIntentClient:
                 request, timeout=self.timeout, metadata=metadata, wait_for_ready=self.wait_for_ready
             ),
             self.attempts,
+            endpoints=self.endpoints,
         )
         session = JobSession(self, reply.job_id, reply.token, list(reply.ranks))
         session.control_mode = control_mode_name(reply.control_mode)
@@ -127,7 +165,9 @@ class FlowIntentClient:
         return JobSession(self, job_id, token, [])
 
     def close(self) -> None:
-        self.channel.close()
+        for channel in self.endpoints.channels():
+            channel.close()
+        self.endpoints.forget()
 
     def __enter__(self) -> Self:
         return self
@@ -170,18 +210,22 @@ class JobSession:
                 request, timeout=c.timeout, metadata=self.metadata, wait_for_ready=c.wait_for_ready
             ),
             c.attempts,
+            endpoints=c.endpoints,
         )
         return reply
 
     def release(self) -> int:
         c = self.client
-        try:
-            reply = c._release(
-                fi.ReleaseJobRequest(job_id=self.job_id), timeout=c.timeout, metadata=self.metadata
-            )
-        except grpc.RpcError as exc:
-            raise ApiError.from_rpc(exc) from None
-        return int(reply.epoch)
+        request = fi.ReleaseJobRequest(job_id=self.job_id)
+        for _ in range(len(c.endpoints.targets) + 1):  # follow a redirect, never retry blind
+            try:
+                reply = c._release(request, timeout=c.timeout, metadata=self.metadata)
+                return int(reply.epoch)
+            except grpc.RpcError as exc:
+                error = ApiError.from_rpc(exc)
+                if not (error.leader and c.endpoints.follow(error)):
+                    raise error from None
+        raise ApiError(grpc.StatusCode.UNAVAILABLE, "no leader answered", [])
 
     def watch(
         self, on_change: OnChange | None = None, *, mirror: BindingMirror | None = None
@@ -227,6 +271,10 @@ class BindingWatch:
                     if not error.retryable:
                         self.error = error
                         return
+                    if s.client.endpoints.follow(error):
+                        self.mirror.discard_parts()
+                        self.reconnects += 1
+                        continue  # a follower named the leader: resume there now
                 self.mirror.discard_parts()
                 self.reconnects += 1
                 if self._stop.wait(backoff.next()):
@@ -257,38 +305,54 @@ class AdminClient:
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         token: str,
         *,
         tls: ClientTls | None = None,
         timeout: float = 120.0,
-        wait_for_ready: bool = True,
+        wait_for_ready: bool | None = None,
     ) -> None:
-        self.channel = secure_channel(target, tls)
-        self.wait_for_ready = wait_for_ready
+        self.endpoints: Endpoints[grpc.Channel] = Endpoints(
+            target, lambda t: secure_channel(t, tls)
+        )
+        self.wait_for_ready = (
+            not self.endpoints.several if wait_for_ready is None else wait_for_ready
+        )
         self.metadata = auth(token)
         self.timeout = timeout
-        ch = self.channel
-        self._fabric = _unary(ch, ADMIN + "GetFabric", admin.FabricSnapshot)
-        self._jobs = _unary(ch, ADMIN + "ListJobs", admin.ListJobsResponse)
-        self._plan = _unary(ch, ADMIN + "GetPlan", admin.PlanSummary)
-        self._drain = _unary(ch, ADMIN + "DrainLink", admin.LinkChangeResponse)
-        self._restore = _unary(ch, ADMIN + "RestoreLink", admin.LinkChangeResponse)
-        self._replan = _unary(ch, ADMIN + "Replan", admin.ReplanResponse)
-        self._log = _unary(ch, ADMIN + "GetDecisionLog", admin.GetDecisionLogResponse)
-        self._set_mode = _unary(ch, ADMIN + "SetControlMode", admin.SetControlModeResponse)
-        self._rollback = _unary(ch, ADMIN + "RollbackAll", admin.RollbackAllResponse)
+        e = self.endpoints
+        self._fabric = _Method(e, ADMIN + "GetFabric", admin.FabricSnapshot)
+        self._jobs = _Method(e, ADMIN + "ListJobs", admin.ListJobsResponse)
+        self._plan = _Method(e, ADMIN + "GetPlan", admin.PlanSummary)
+        self._drain = _Method(e, ADMIN + "DrainLink", admin.LinkChangeResponse)
+        self._restore = _Method(e, ADMIN + "RestoreLink", admin.LinkChangeResponse)
+        self._replan = _Method(e, ADMIN + "Replan", admin.ReplanResponse)
+        self._log = _Method(e, ADMIN + "GetDecisionLog", admin.GetDecisionLogResponse)
+        self._set_mode = _Method(e, ADMIN + "SetControlMode", admin.SetControlModeResponse)
+        self._rollback = _Method(e, ADMIN + "RollbackAll", admin.RollbackAllResponse)
 
     def _call(self, stub: Any, request: Any) -> Any:
-        try:
-            return stub(
-                request,
-                timeout=self.timeout,
-                metadata=self.metadata,
-                wait_for_ready=self.wait_for_ready,
-            )
-        except grpc.RpcError as exc:
-            raise ApiError.from_rpc(exc) from None
+        """One call; a follower's redirect is followed, and with several endpoints an
+        unavailable one is left for the next (every admin call is safe to repeat: a drain of a
+        drained link changes nothing). Not retried otherwise."""
+        tries = 2 * len(self.endpoints.targets) + 1
+        for attempt in range(tries):
+            try:
+                return stub(
+                    request,
+                    timeout=self.timeout,
+                    metadata=self.metadata,
+                    wait_for_ready=self.wait_for_ready,
+                )
+            except grpc.RpcError as exc:
+                error = ApiError.from_rpc(exc)
+                moved = self.endpoints.follow(error)
+                unavailable = error.code is grpc.StatusCode.UNAVAILABLE and self.endpoints.several
+                if attempt == tries - 1 or not (moved or unavailable):
+                    raise error from None
+                if not moved:
+                    time.sleep(0.2)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def fabric(self, only_changed: bool = False) -> admin.FabricSnapshot:
         reply: admin.FabricSnapshot = self._call(
@@ -352,4 +416,6 @@ class AdminClient:
         return reply
 
     def close(self) -> None:
-        self.channel.close()
+        for channel in self.endpoints.channels():
+            channel.close()
+        self.endpoints.forget()

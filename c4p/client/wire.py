@@ -69,6 +69,10 @@ def channel_options(tls: ClientTls | None, max_message_bytes: int) -> list[tuple
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.keepalive_time_ms", 30_000),
+        # gRPC's reconnect back-off grows to 120 s: a controller replica that was down for a
+        # while and then becomes the leader would stay unreachable from here for that long
+        ("grpc.initial_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 2_000),
     ]
     if tls is not None and tls.server_name:
         options.append(("grpc.ssl_target_name_override", tls.server_name))
@@ -100,11 +104,19 @@ def auth(token: str | None) -> tuple[tuple[str, str], ...]:
 class ApiError(C4pError):
     """A call the controller refused or could not answer (see the module docstring)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str, problems: list[tuple[str, str]]):
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        details: str,
+        problems: list[tuple[str, str]],
+        leader: str = "",
+    ):
         self.code = code
         self.details = details
         self.problems = problems
         self.retryable = code in RETRYABLE
+        self.leader = leader
+        """A follower's refusal names the leader (``c4p-leader`` trailing metadata)."""
         super().__init__(f"{code.name}: {details}")
 
     @classmethod
@@ -112,15 +124,18 @@ class ApiError(C4pError):
         code: grpc.StatusCode = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
         details = str(exc.details() if hasattr(exc, "details") else exc) or code.name
         problems: list[tuple[str, str]] = []
+        leader = ""
         trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
         for key, value in trailing or ():
+            if key == "c4p-leader":
+                leader = value.decode() if isinstance(value, bytes) else str(value)
             if key == "c4p-problems":
                 try:
                     text = value.decode() if isinstance(value, bytes) else value
                     problems = [(p["field"], p["reason"]) for p in json.loads(text)]
                 except (ValueError, KeyError, TypeError):
                     problems = []
-        return cls(code, details, problems)
+        return cls(code, details, problems, leader)
 
 
 # -- intents ---------------------------------------------------------------------------------------

@@ -100,6 +100,14 @@ class Finding:
     text: str
 
 
+def same_topology(a: Fabric, b: Fabric) -> bool:
+    """The same links in the same order and the same switches (statuses aside): what
+    :meth:`PathTable.invalidate` can move a table across."""
+    return [(k.a, k.b) for k in a.links] == [(k.a, k.b) for k in b.links] and [
+        s.name for s in a.switches
+    ] == [s.name for s in b.switches]
+
+
 class PortLearner:
     """The learned table of a live controller and what it still needs (module docstring)."""
 
@@ -132,7 +140,18 @@ class PortLearner:
         if self.mode is PortMode.PREDICTED:
             return PredictedPorts(snapshot)
         with self.lock:
-            if self.table.fabric is not snapshot:
+            if self.table.fabric is not snapshot and not same_topology(self.table.fabric, snapshot):
+                # Re-wired (a snapshot swapped in): entries are carried across by names,
+                # those whose ECMP groups changed are stale and re-probed, exactly as for a
+                # link event; wants and findings in the old node numbering are dropped.
+                self.table, invalidation = self.table.rewire(snapshot)
+                self._wants = ProbeWants(invalidations=[invalidation])
+                self._pending.clear()
+                self._findings.clear()
+                self._pair_findings.clear()
+                self._sent.clear()
+                self._holes.clear()
+            elif self.table.fabric is not snapshot:
                 invalidation = self.table.invalidate(snapshot)
                 self._wants.invalidations.append(invalidation)
                 self._sent.clear()

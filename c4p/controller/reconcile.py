@@ -51,6 +51,7 @@ from dataclasses import dataclass, replace
 from pydantic import Field
 
 from c4p.controller.learning import LearningPorts
+from c4p.controller.rewire import Rewiring
 from c4p.controller.state import ControllerState, JobInput, PlanInputs, StepDraft
 from c4p.controller.triggers import Key, KeyKind, describe
 from c4p.store.base import (
@@ -75,6 +76,7 @@ from southbound.bindings import (
     Binding,
     BindingIssue,
     BindingSet,
+    IssueKind,
     SynthesisMode,
     bindings_for_paths,
 )
@@ -135,6 +137,23 @@ def previous_plan(fabric: Fabric, held: dict[str, dict[QpKey, HeldBinding]]) -> 
     )
 
 
+def on_fabric(
+    fabric: Fabric, held: dict[str, dict[QpKey, HeldBinding]]
+) -> dict[str, dict[QpKey, HeldBinding]]:
+    """The bindings whose paths ``fabric`` has (after a re-wiring, some kept fail-static do
+    not: they cannot seed a previous plan, and their flows are placed anew)."""
+    index = fabric.index
+    out: dict[str, dict[QpKey, HeldBinding]] = {}
+    for job, bindings in held.items():
+        for key, h in bindings.items():
+            try:
+                index.path_resources(h.binding.path)
+            except TopologyError:
+                continue
+            out.setdefault(job, {})[key] = h
+    return out
+
+
 def _finite(value: float) -> float:
     return value if math.isfinite(value) else 1e9
 
@@ -171,7 +190,7 @@ class Reconciler:
         kernel port, depend only on its id and the seed), so a re-plan forwards new flows only."""
         with state.lock:
             held = {job: dict(b) for job, b in state.held.items()}
-        self._previous = previous_plan(state.fabric, held)
+        self._previous = previous_plan(state.fabric, on_fabric(state.fabric, held))
 
     def snapshot(self, status: dict[int, LinkStatus]) -> tuple[Fabric, PortSource]:
         """The fabric with ``status`` applied (others as in the file), and its port source;
@@ -190,14 +209,17 @@ class Reconciler:
 
     def step(self, now: float, keys: Sequence[Key]) -> StepOutcome | None:
         """One reconcile step at wall time ``now``; ``None`` when nothing needed doing."""
-        inputs = self.state.plan_inputs(now)
-        force = any(k.force for k in keys)
+        rewiring = self.state.swap_fabric(now)  # a re-discovered snapshot, if one was offered
+        if rewiring is not None:
+            self._rewired(rewiring)
+        inputs = self.state.plan_inputs(now, rewiring)
+        force = any(k.force for k in keys) or rewiring is not None
         if inputs.fingerprint == inputs.last_fingerprint and not force:
             self.state.covered(inputs.revision)
             return None
         epoch = inputs.epoch + 1
         planned = self._without_quarantined(inputs)
-        base = self._base(planned, keys, now, epoch)
+        base = self._base(planned, keys, now, epoch, rewiring)
         culprits: dict[str, str] = {}
         try:
             try:
@@ -207,7 +229,7 @@ class Reconciler:
                 if not culprits:
                     raise
                 planned = self._without(planned, culprits)
-                base = self._base(planned, keys, now, epoch)
+                base = self._base(planned, keys, now, epoch, rewiring)
                 draft, result = self._draft(planned, base, epoch)
             decision, changed = self.state.commit(self.store, draft)
         except Exception as exc:  # fail-static: log it, keep everything as it is
@@ -226,26 +248,38 @@ class Reconciler:
             except StoreError:
                 log.exception("cannot log the failed decision")
             return StepOutcome(failed, frozenset(j.job_id for j in inputs.jobs), failed=True)
-        if result is not None:
+        if rewiring is not None or inputs.unplaced:  # some bindings were kept over the plan
+            with self.state.lock:
+                held = {job: dict(b) for job, b in self.state.held.items()}
+            self._previous = previous_plan(self._snapshot, on_fabric(self._snapshot, held))
+        elif result is not None:
             self._previous = result
         if culprits:
             changed = changed | self.state.fail_jobs(culprits, inputs, decision.epoch)
         return StepOutcome(decision, changed)
 
     def _base(
-        self, inputs: PlanInputs, keys: Sequence[Key], now: float, epoch: int
+        self,
+        inputs: PlanInputs,
+        keys: Sequence[Key],
+        now: float,
+        epoch: int,
+        rewiring: Rewiring | None = None,
     ) -> DecisionRecord:
         return DecisionRecord(
             sequence=1,
             epoch=epoch,
             at=now,
-            reason=describe(keys) or "reconcile",
-            triggers=tuple(str(k) for k in keys),
+            reason=_reason(keys, rewiring),
+            triggers=tuple(str(k) for k in keys)
+            + ((f"rewired {rewiring.summary()}",) if rewiring is not None else ()),
             result=DecisionResult.PLANNED,
             covers_revision=inputs.revision,
             fingerprint=inputs.fingerprint,
             job_revisions={j.job_id: j.revision for j in inputs.jobs},
-            jobs_on_links=tuple(self._jobs_on_links(keys)),
+            jobs_on_links=tuple(
+                sorted(rewiring.touched) if rewiring is not None else self._jobs_on_links(keys)
+            ),
             jobs_off=tuple(j.job_id for j in inputs.jobs if j.mode is ControlMode.OFF),
         )
 
@@ -315,6 +349,25 @@ class Reconciler:
             return False
         return True
 
+    def _rewired(self, rewiring: Rewiring) -> None:
+        """A new snapshot is in force: every cache of the old one goes (the port source is
+        rebuilt for it on first use: the hash model anew, a learned table moved or rebuilt)."""
+        self._snapshot_key = None
+        self._ports = None
+        self._ecmp = {}
+        log.warning(
+            "fabric snapshot swapped in: %s",
+            rewiring.summary(),
+            extra={
+                "event": "rewired",
+                "added": list(rewiring.added),
+                "removed": list(rewiring.removed),
+                "respeeded": list(rewiring.respeeded),
+                "touched": dict(rewiring.touched),
+                "wiring": rewiring.digest,
+            },
+        )
+
     def _jobs_on_links(self, keys: Sequence[Key]) -> list[str]:
         links = []
         for key in keys:
@@ -330,7 +383,11 @@ class Reconciler:
     ) -> tuple[StepDraft, Plan | None]:
         snapshot, ports = self.snapshot(inputs.link_status)
         specs = tuple(
-            j.spec for j in inputs.jobs if j.spec is not None and j.mode is not ControlMode.OFF
+            j.spec
+            for j in inputs.jobs
+            if j.spec is not None
+            and j.mode is not ControlMode.OFF
+            and j.job_id not in inputs.unplaced  # its NICs are gone: fail-static, issues
         )
         started = time.perf_counter()
         workload: Workload | None = None
@@ -407,6 +464,8 @@ class Reconciler:
                 "ecmp_seed": self.settings.seed,
             }
         )
+        for job, why in inputs.unplaced.items():
+            issues_by_job[job] = _unplaced_issues(job, why, inputs.held.get(job, {}))
         # Validated, not copied: a non-finite figure fails this step instead of the log.
         decision = DecisionRecord.model_validate(decision.model_dump())
         issues = {job: tuple(found) for job, found in issues_by_job.items()}
@@ -456,10 +515,14 @@ class Reconciler:
                 if modes.get(b.job) is ControlMode.ACTIVE:
                     diff.upserts.setdefault(b.job, []).append(fresh)
         for job in inputs.jobs:
+            if job.job_id in inputs.unplaced:
+                continue  # left out of the plan: its bindings stay in force (fail-static)
             keep = wanted.get(job.job_id, set())
             gone = [k for k in inputs.held.get(job.job_id, {}) if k not in keep]
             if gone:
                 diff.removals[job.job_id] = sorted(gone)
+        if inputs.rewiring is not None:
+            _untouched_stay(inputs, inputs.rewiring, diff)
         return diff
 
     def _predict(
@@ -524,6 +587,45 @@ class Reconciler:
             self._ecmp.update(zip((f.id for f in missing), found.paths, strict=True))
         self._ecmp = {f.id: self._ecmp[f.id] for f in workload.flows}  # released jobs go
         return list(self._ecmp.values())
+
+
+def _reason(keys: Sequence[Key], rewiring: Rewiring | None) -> str:
+    reason = describe(keys) or "reconcile"
+    if rewiring is not None:
+        reason = f"{reason}; rewired: {rewiring.summary()}"
+    return reason
+
+
+def _unplaced_issues(job: str, why: str, held: dict[QpKey, HeldBinding]) -> list[BindingIssue]:
+    """A job whose NICs the fabric lacks: each QP an ``unbound`` issue (its binding in force
+    stays, fail-static); one issue for the job when it holds none."""
+    reason = f"not planned: the fabric in force lacks its NICs ({why})"[:1000]
+    keys = sorted(held) or [(job, "", 0, 0)]
+    return [
+        BindingIssue(
+            job=job, communicator=c, connection=n, qp=q, kind=IssueKind.UNBOUND, reason=reason
+        )
+        for _, c, n, q in keys
+    ]
+
+
+def _untouched_stay(inputs: PlanInputs, rewiring: Rewiring, diff: _Diff) -> None:
+    """On the step that swapped a snapshot in, a job the change does not touch keeps every
+    binding it holds (zero churn: the planner may have moved its flows to make room, which the
+    touched jobs do without); its new or withdrawn QPs (intents changed meanwhile) still go."""
+    for job, upserts in list(diff.upserts.items()):
+        if job in rewiring.touched:
+            continue
+        held = inputs.held.get(job, {})
+        kept = [h for h in upserts if h.key not in held]
+        for h in upserts:
+            if h.key in held:
+                diff.bound[h.key] = held[h.key]
+        if kept:
+            diff.upserts[job] = kept
+        else:
+            del diff.upserts[job]
+        diff.pushed[job] = len(kept)
 
 
 def _unchanged(old: HeldBinding, new: HeldBinding) -> bool:

@@ -40,6 +40,7 @@ from enum import StrEnum
 from typing import Any
 
 from c4p.controller.modes import RolloutSettings, resolve
+from c4p.controller.rewire import Rewiring, link_number_map, touched_jobs, wiring_digest
 from c4p.controller.triggers import FlapSettings, LinkTracker
 from c4p.store.base import (
     CommunicatorRecord,
@@ -55,9 +56,18 @@ from c4p.store.base import (
     Store,
     StoredState,
 )
-from solver.jobs import CommunicatorSpec, JobsFile, JobSpec, RankNic, find_job_problems, job_ranks
+from solver.errors import JobError
+from solver.jobs import (
+    CommunicatorSpec,
+    JobsFile,
+    JobSpec,
+    RankNic,
+    find_job_problems,
+    job_ranks,
+)
 from southbound.bindings import BindingIssue
 from southbound.routes import QpKey
+from topology.errors import TopologyError
 from topology.model import Fabric, LinkStatus
 
 PLACEMENT_ONLY = (CommunicatorSpec(id="placement-check"),)
@@ -89,6 +99,18 @@ def placement_problems(fabric: Fabric, record: JobRecord) -> list[tuple[str, str
     """Placement problems with API field paths (``hosts[3]``, ``ranks[0].nic``)."""
     found = find_job_problems(fabric, JobsFile(jobs=(placement_spec(record),)))
     return [(path.removeprefix("jobs[0]").lstrip("."), reason) for path, reason in found]
+
+
+def _placed(fabric: Fabric, record: JobRecord) -> tuple[tuple[RankNic, ...], str]:
+    """The job's ranks on ``fabric``, or ``()`` and why they do not fit (a NIC gone or not
+    cabled after a wiring change): such a job is not planned, its bindings stay in force."""
+    found = placement_problems(fabric, record)
+    if found:
+        return (), "; ".join(f"{path}: {reason}" for path, reason in found[:3])
+    try:
+        return job_ranks(fabric, placement_spec(record)), ""
+    except JobError as exc:
+        return (), str(exc)
 
 
 @dataclass
@@ -156,6 +178,10 @@ class PlanInputs:
     jobs: tuple[JobInput, ...]
     held: dict[str, dict[QpKey, HeldBinding]]
     shadow: dict[str, dict[QpKey, HeldBinding]] = field(default_factory=dict)
+    rewiring: Rewiring | None = None
+    """Set on the step that swapped a new fabric snapshot in (see :meth:`swap_fabric`)."""
+    unplaced: dict[str, str] = field(default_factory=dict)
+    """Jobs whose NICs the fabric in force lacks (after a swap): left out, bindings kept."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +235,9 @@ class ControllerState:
         self.rollback: RollbackRecord | None = stored.rollback
         self.shadow: dict[str, dict[QpKey, HeldBinding]] = {}
         self.fabric = fabric
+        self.wiring = wiring_digest(fabric)
+        self.offered: Fabric | None = None
+        """A re-discovered snapshot waiting for the next step (:meth:`offer_fabric`)."""
         self.tracker = LinkTracker(flap)
         for i, link in enumerate(fabric.links):
             if link.status is not LinkStatus.UP:
@@ -216,7 +245,10 @@ class ControllerState:
         self.operator = LinkTracker(flap)
         """Operator drains, damped like observed events (see the module docstring)."""
         for link_id in stored.overrides:
-            self.operator.seed(fabric.index.link_number(link_id), LinkStatus.DRAINED, now)
+            try:
+                self.operator.seed(fabric.index.link_number(link_id), LinkStatus.DRAINED, now)
+            except TopologyError:  # drained, then re-cabled away: the drain stays stored
+                continue
         self.tombstone_horizon = tombstone_horizon
         self.epoch = stored.epoch
         self.fingerprint = stored.fingerprint
@@ -232,8 +264,13 @@ class ControllerState:
         self.link_jobs: dict[int, Counter[str]] = {}
         self.jobs: dict[str, JobEntry] = {}
         planned = stored.last_planned.job_revisions if stored.last_planned else {}
+        self.unplaced: dict[str, str] = {}
+        """Per job whose NICs the fabric in force lacks, why (set by :meth:`swap_fabric`)."""
         for job_id, record in stored.jobs.items():
-            entry = JobEntry(record, job_ranks(fabric, placement_spec(record)))
+            ranks, why = _placed(fabric, record)
+            if why:  # a NIC gone while we were down: bindings kept, binding issues
+                self.unplaced[job_id] = why
+            entry = JobEntry(record, ranks)
             entry.communicators = dict(stored.intents.get(job_id, {}))
             entry.planned_revision = min(planned.get(job_id, 0), record.revision)
             self.jobs[job_id] = entry
@@ -362,6 +399,7 @@ class ControllerState:
         with self.lock:
             store.release_job(job_id)
             self.jobs.pop(job_id, None)
+            self.unplaced.pop(job_id, None)
             for h in self.held.pop(job_id, {}).values():
                 self._index(job_id, h, -1)
             self.tombstones.pop(job_id, None)
@@ -413,7 +451,7 @@ class ControllerState:
         with self.lock:
             return self.operator.held(link, now)
 
-    def plan_inputs(self, now: float) -> PlanInputs:
+    def plan_inputs(self, now: float, rewiring: Rewiring | None = None) -> PlanInputs:
         with self.lock:
             links = self.effective_links(now)
             jobs = tuple(
@@ -427,6 +465,7 @@ class ControllerState:
             modes = [(j.job_id, j.mode.value) for j in jobs if j.mode is not ControlMode.ACTIVE]
             if modes:  # only then: a store from before control modes keeps its fingerprint
                 key["modes"] = modes
+            key["wiring"] = [self.wiring]  # a restart on other wiring plans again
             digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()
             return PlanInputs(
                 epoch=self.epoch,
@@ -437,7 +476,67 @@ class ControllerState:
                 jobs=jobs,
                 held={job: dict(b) for job, b in self.held.items()},
                 shadow={job: dict(b) for job, b in self.shadow.items()},
+                rewiring=rewiring,
+                unplaced={j: r for j, r in self.unplaced.items() if j in self.jobs},
             )
+
+    # -- wiring changes (a new fabric snapshot while serving) ------------------------------------
+
+    def offer_fabric(self, fabric: Fabric) -> int:
+        """Re-discovery found other wiring: keep the snapshot for the next step (the latest
+        offer wins; level-triggered, so a burst of offers costs one swap)."""
+        with self.lock:
+            self.offered = fabric
+            return self.bump()
+
+    def swap_fabric(self, now: float) -> Rewiring | None:
+        """Swap the offered snapshot in (the reconcile step calls this first): which jobs it
+        touches (:func:`c4p.controller.rewire.touched_jobs`), link histories and the reverse
+        index carried over by the links' ends, each job's ranks re-placed. ``None`` when
+        nothing was offered or the offer has the wiring in force."""
+        with self.lock:
+            new, self.offered = self.offered, None
+            if new is None:
+                return None
+            digest = wiring_digest(new)
+            if digest == self.wiring:
+                return None
+            old = self.fabric
+            paths = {
+                job: [h.binding.path for h in held.values()]
+                for job, held in (*self.held.items(), *self.shadow.items())
+            }
+            hosts = {job: {p for r in e.ranks for p in r.ports} for job, e in self.jobs.items()}
+            rewiring = touched_jobs(old, new, paths, hosts)
+            moved = link_number_map(old, new)
+            tracker = LinkTracker(self.tracker.settings)
+            for number, link in enumerate(new.links):
+                if link.status is not LinkStatus.UP:
+                    tracker.seed(number, link.status, now)
+            for old_number, history in self.tracker.histories().items():
+                if old_number in moved and moved[old_number] not in tracker.histories():
+                    tracker.adopt(moved[old_number], history)
+            self.tracker = tracker
+            operator = LinkTracker(self.operator.settings)  # drains follow their cables too
+            for old_number, history in self.operator.histories().items():
+                if old_number in moved:
+                    operator.adopt(moved[old_number], history)
+            self.operator = operator
+            self.fabric = new
+            self.wiring = digest
+            self.link_jobs = {}
+            for job_id, held in self.held.items():
+                for h in held.values():
+                    self._index(job_id, h, +1)
+            self.unplaced = {}
+            for job_id, entry in self.jobs.items():
+                ranks, why = _placed(new, entry.record)
+                if why:  # a NIC is gone: the step reports the job's QPs as binding issues
+                    self.unplaced[job_id] = why
+                else:
+                    entry.ranks = ranks
+            self.bump()
+            return rewiring
 
     def _current(self, job: JobInput) -> JobEntry | None:
         entry = self.jobs.get(job.job_id)

@@ -220,6 +220,14 @@ class LinkTracker:
                 out[link] = LinkStatus.DOWN
         return out
 
+    def histories(self) -> dict[int, _History]:
+        """Every link's history by link number (a wiring change carries them over)."""
+        return dict(self._links)
+
+    def adopt(self, link: int, history: _History) -> None:
+        """Take a link's history under a new number (the same cable in a new snapshot)."""
+        self._links[link] = history
+
     def next_change(self, now: float) -> float | None:
         """The earliest time a held link becomes usable (when to reconcile again)."""
         times = [

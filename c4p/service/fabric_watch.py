@@ -13,8 +13,13 @@ under a running controller. :class:`FabricWatch` does all three for one :class:`
   (``c4p_rediscovery_suspect`` 1, a warning); a real wiring change is logged, links that went
   away are reported down to the controller (so it re-plans the flows on them), and the change
   enters the decision log as a ``wiring`` trigger. Links that are *new* are logged and listed
-  in the decision log; the controller's fabric is fixed at start, so using them needs a
-  restart (see docs/discovery.md).
+  in the decision log.
+
+With ``offer`` given (the service gives it), an accepted snapshot with other wiring is *offered*
+to the controller instead: the next reconcile step swaps it in whole (added, removed, moved and
+re-speeded links alike) and re-plans only the jobs it touches (:mod:`c4p.controller.rewire`);
+no link events are sent for it. Without ``offer`` (a fixed fabric), gone links are reported
+down and new ones need a restart, as before.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from c4p.controller.triggers import Key, KeyKind
 from southbound.events import LinkEvent, TargetEvent, TargetHealth
 from southbound.fleet import Fleet
 from southbound.observed import Problem
-from southbound.rediscovery import judge, wiring_change
+from southbound.rediscovery import WiringChange, judge, wiring_change
 from topology.model import Fabric, LinkStatus
 
 log = logging.getLogger("c4p.discovery")
@@ -48,8 +53,10 @@ class FabricWatch:
         observe_link: Callable[[LinkEvent], Any],
         enqueue: Callable[[Key], None],
         clock: Callable[[], float],
+        offer: Callable[[Fabric], Any] | None = None,
     ) -> None:
         self.fleet = fleet
+        self._offer = offer
         self.in_force = fabric
         self.accepted = fabric
         self._observe_link = observe_link
@@ -149,6 +156,8 @@ class FabricWatch:
             if change.empty:
                 return "unchanged"
             self.wiring_changes.inc()
+            if self._offer is not None:
+                return self._offered(new, change)
             known = {link.id for link in self.in_force.links}
             log.warning(
                 "wiring changed: %s",
@@ -178,3 +187,22 @@ class FabricWatch:
                         )
             self._enqueue(Key(KeyKind.WIRING, "rediscovery", change.summary(), force=True))
             return "changed"
+
+    def _offered(self, new: Fabric, change: WiringChange) -> str:
+        """Hand the new snapshot to the controller (it swaps it in at its next step)."""
+        assert self._offer is not None
+        log.warning(
+            "wiring changed: %s",
+            change.summary(),
+            extra={
+                "event": "wiring-changed",
+                "removed": list(change.removed),
+                "added": list(change.added),
+                "respeeded": list(change.respeeded),
+                "offered": True,
+            },
+        )
+        self.in_force = new
+        self._offer(new)
+        self._enqueue(Key(KeyKind.WIRING, "rediscovery", change.summary(), force=True))
+        return "changed"

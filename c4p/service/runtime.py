@@ -27,8 +27,10 @@ With ``fabric.source: gnmi | snmp`` the runtime uses it itself: before the store
 :class:`southbound.fleet.Fleet` over the targets file discovers the fabric once (refusing to
 start if no target answers); the state is built on that fabric; :meth:`ServiceRuntime.start`
 starts the fleet's subscriptions and follows its events; :meth:`ServiceRuntime.stop` stops the
-fleet first. Link status changes are followed; wiring changes (a new or moved cable) are not
-folded into a running controller yet: they need a restart.
+fleet first. Link status changes are followed; a wiring change (a cable moved or added, a port
+re-speeded) found by periodic re-discovery is offered to the controller
+(:meth:`ControllerState.offer_fabric`), which swaps the snapshot in at its next step and
+re-plans only the jobs it touches (:mod:`c4p.controller.rewire`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -65,6 +67,7 @@ from c4p.service.flow_intent import StreamHub
 from c4p.service.probing import ProbeWorker
 from c4p.service.rpc import Gate
 from c4p.service.telemetry import Metrics
+from c4p.store.base import Store
 from c4p.store.sqlite import SqliteStore
 from southbound.events import EventQueue, TargetHealth
 from southbound.fleet import Fleet
@@ -72,6 +75,9 @@ from southbound.targets import FabricSource
 from topology.errors import C4pError, FabricFileError
 from topology.generators.common import AddressPlan
 from topology.model import Fabric
+
+if TYPE_CHECKING:
+    from c4p.service.replica import Replica
 
 log = logging.getLogger("c4p.service")
 
@@ -112,6 +118,7 @@ class ServiceRuntime:
         fabric: Fabric | None = None,
         ports: PortSourceFactory | None = None,
         clock: Callable[[], float] = time.time,
+        store: Store | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -125,7 +132,8 @@ class ServiceRuntime:
                 assert config.fabric.path is not None
                 fabric = load_fabric(config.fabric.path)
         self.fabric = fabric
-        self.store = SqliteStore(config.store.path, config.store.synchronous)
+        # an HA replica passes the etcd store it leads with (c4p.service.replica)
+        self.store: Store = store or SqliteStore(config.store.path, config.store.synchronous)
         self.state = ControllerState(
             self.fabric,
             self.store.load(),
@@ -382,6 +390,7 @@ class ServiceRuntime:
                 observe_link=self.loop.observe_link,
                 enqueue=self.loop.enqueue_threadsafe,
                 clock=self.clock,
+                offer=self.state.offer_fabric,
             )
             self.fleet.start()
             self.follow_link_events(self._fleet_events.get)
@@ -464,8 +473,15 @@ class ServiceRuntime:
 
 async def serve_forever(config: ServeConfig, ready: Callable[[str], None] | None = None) -> None:
     """Run until SIGINT or SIGTERM (``c4p serve``); a start-up failure raises (nothing left
-    running)."""
-    runtime = ServiceRuntime(config)
+    running). With ``store.kind: etcd``, as one replica of a highly available group
+    (:mod:`c4p.service.replica`)."""
+    runtime: ServiceRuntime | Replica
+    if config.store.kind == "etcd":
+        from c4p.service.replica import Replica
+
+        runtime = Replica(config)
+    else:
+        runtime = ServiceRuntime(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

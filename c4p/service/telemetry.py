@@ -72,6 +72,15 @@ class Metrics:
             "c4p_requests_total", "API calls by method and status code.", ["method", "code"],
             registry=r,
         )  # fmt: skip
+        self.leader = Gauge("c4p_leader", "1 while this replica leads (HA), else 0.", registry=r)
+        self.store_writable = Gauge(
+            "c4p_store_writable", "1 while the store takes writes; 0: serving read-only.",
+            registry=r,
+        )  # fmt: skip
+        self.store_writable.set(1)
+        self.fenced_writes = Counter(
+            "c4p_fenced_writes_total", "Writes etcd refused: leadership was lost.", registry=r
+        )
 
     def record_plan(self, decision: DecisionRecord) -> None:
         from c4p.controller.triggers import KeyKind

@@ -142,7 +142,13 @@ class FabricEmulator:
             _Direction(octets=float(counter_base), last=now) for _ in range(2 * len(fabric.links))
         ]
         self._faults: dict[str, _Faults] = {s.name: _Faults() for s in fabric.switches}
-        switch_names = {s.name for s in fabric.switches}
+        self._switch_names = {s.name for s in fabric.switches}
+        self._cable(fabric)
+
+    def _cable(self, fabric: Fabric) -> None:
+        """Build the switches' cabled ports from ``fabric``'s links (under the lock, or
+        before any thread may see the emulator)."""
+        switch_names = self._switch_names
         ports: dict[str, list[tuple[str, int, int, str, float]]] = {
             s.name: [] for s in fabric.switches
         }
@@ -166,7 +172,33 @@ class FabricEmulator:
         self._nic_of_port = {
             f"{p.host.name}:{p.port.name}": (p.nic.name, p.port.address) for p in index.ports
         }
-        self._switch_names = switch_names
+
+    def rewire(self, fabric: Fabric) -> None:
+        """Re-cable the live fabric as ``fabric`` has it (same switches): a cable moved to
+        another port or switch, added, pulled or re-speeded. Both ends' interface tables and
+        LLDP answer the new wiring at once, as after a technician's work; a link kept (same
+        two ends) keeps its state and counters, a new one comes up with fresh counters.
+        Streams of every switch are woken (their next sample shows the new cabling)."""
+        if {s.name for s in fabric.switches} != self._switch_names:
+            raise ValueError("rewire: the new fabric must have the same switches")
+        now = self._clock()
+        with self._lock:
+            before = {frozenset(k.ends): i for i, k in enumerate(self.fabric.links)}
+            up, dirs = [], []
+            for link in fabric.links:
+                old = before.get(frozenset(link.ends))
+                if old is None:
+                    up.append(link.status is not LinkStatus.DOWN)
+                    dirs += [_Direction(octets=float(1 << 40), last=now) for _ in range(2)]
+                else:
+                    up.append(self._up[old])
+                    dirs += [self._dirs[2 * old], self._dirs[2 * old + 1]]
+            self.fabric = fabric
+            self._up, self._dirs = up, dirs
+            self._cable(fabric)
+            for name in self._versions:
+                self._versions[name] += 1
+                self._conds[name].notify_all()
 
     # -- structure ---------------------------------------------------------------------------
 
