@@ -128,7 +128,7 @@ def process(argv: list[str], ready: Path, what: str) -> Iterator[subprocess.Pope
 
 def controller(config: Path) -> Iterator[subprocess.Popen[bytes]]:
     ready = config.parent / "controller.ready"
-    argv = [sys.executable, "-m", "c4p.cli.serve", "--config", str(config)]
+    argv = [sys.executable, "-m", "c4p", "serve", "--config", str(config)]
     return process([*argv, "--ready-file", str(ready)], ready, "the controller")
 
 

@@ -192,11 +192,11 @@ def _bucket(job_id: str) -> float:
 
 @contextmanager
 def controller_process(config: Path, ready: Path) -> Iterator[str]:
-    """``python -m c4p.cli.serve`` as a child process on a port of its choosing (0); yields the
+    """``python -m c4p serve`` as a child process on a port of its choosing (0); yields the
     address from its ready file; killed (SIGKILL) on exit whatever happens."""
     ready.unlink(missing_ok=True)
     child = subprocess.Popen(
-        [sys.executable, "-m", "c4p.cli.serve", "--config", str(config)]
+        [sys.executable, "-m", "c4p", "serve", "--config", str(config)]
         + ["--ready-file", str(ready)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -319,7 +319,7 @@ def test_a_mode_change_without_bindings_still_reaches_the_stream(tmp_path: Path)
 def test_a_bad_rollout_config_is_refused_naming_each_field(tmp_path: Path) -> None:
     config = _config(tmp_path, {"default": "sideways", "canary": {"fraction": 1.5}})
     result = subprocess.run(
-        [sys.executable, "-m", "c4p.cli.serve", "--config", str(config), "--check"],
+        [sys.executable, "-m", "c4p", "serve", "--config", str(config), "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -90,7 +90,7 @@ def test_an_etcd_config_with_missing_tls_files_stops_serve_with_status_2(tmp_pat
     path = tmp_path / "controller.yaml"
     path.write_text(yaml.safe_dump(config))
     done = subprocess.run(
-        [sys.executable, "-m", "c4p.cli.serve", "--config", str(path), "--check"],
+        [sys.executable, "-m", "c4p", "serve", "--config", str(path), "--check"],
         cwd=ROOT,
         capture_output=True,
         timeout=60,

@@ -22,6 +22,7 @@ FABRIC = Path(__file__).resolve().parents[1] / "configs" / "leaf-spine.yaml"
         (["lab", "up", str(FABRIC), "--icmp-from", "mgmt"], "--icmp-from: 'mgmt'"),
         (["lab", "up", "no-such-fabric.yaml"], "no-such-fabric.yaml"),
         (["lab", "demo", "--routing", "rip"], "--routing: 'rip'"),
+        (["lab", "demo", "--qps", "0"], "--qps: 0 is not between 1 and 16"),
         (["lab", "down", "nosuch", "--state-dir", "."], "token: no lab 'nosuch'"),
     ],
 )

@@ -291,7 +291,7 @@ def test_serve_as_a_process_on_a_unix_socket_learns_ports_from_agents(tmp_path: 
     )
     ready = tmp_path / "ready"
     child = subprocess.Popen(
-        [sys.executable, "-m", "c4p.cli.serve", "-c", str(config), "--ready-file", str(ready)],
+        [sys.executable, "-m", "c4p", "serve", "-c", str(config), "--ready-file", str(ready)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -72,13 +72,14 @@ def _free_port() -> int:
 
 @contextmanager
 def controller_process(config: Path, ready: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``python -m c4p.cli.serve`` as a child process; killed on exit whatever happens."""
+    """``python -m c4p serve`` as a child process; killed on exit whatever happens."""
     ready.unlink(missing_ok=True)
     child = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "c4p.cli.serve",
+            "c4p",
+            "serve",
             "--config",
             str(config),
             "--ready-file",
@@ -210,7 +211,7 @@ def test_a_bad_config_stops_before_serving(tmp_path: Path, bad: str) -> None:
     path = tmp_path / "controller.yaml"
     path.write_text(yaml.safe_dump(config))
     done = subprocess.run(
-        [sys.executable, "-m", "c4p.cli.serve", "--config", str(path)],
+        [sys.executable, "-m", "c4p", "serve", "--config", str(path)],
         cwd=ROOT,
         capture_output=True,
         timeout=60,

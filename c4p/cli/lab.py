@@ -4,7 +4,9 @@ Why a command: the lab is how a user sees c4p's plans realized by a real kernel,
 tests get a data plane that c4p did not write. ``up`` builds it from a fabric file and leaves
 it running (namespaces ``c4p-<token>-<device>``, state in ``<state-dir>/<token>/lab.json``);
 ``down`` removes the labs ``up`` made (all of them, or one token); ``demo`` builds a lab, runs
-the learned / link-failure / predicted phases (:mod:`c4p.lab.demo`) and removes it. Needs root
+``c4p serve`` on its gNMI faces and a ``c4p agent`` in every host namespace, runs the learned /
+link-failure / predicted / verified phases (:mod:`c4p.lab.demo`) and removes it all, also on
+Ctrl-C or SIGTERM. Needs root
 (network namespaces) and, for ``--routing bgp``, Debian's ``frr``; without them it says so and
 exits 2.
 """
@@ -134,23 +136,41 @@ def lab_down(
 def lab_demo(
     fabric: Annotated[
         Path | None,
-        typer.Option("--fabric", help="Fabric file (default: 2 leaves x 4 spines x 8 hosts)."),
+        typer.Option("--fabric", help="Fabric file (default: 2 leaves x 4 spines x 4 hosts)."),
     ] = None,
     routing: Annotated[str, typer.Option("--routing", help="static, bgp, or both.")] = "both",
+    qps: Annotated[int, typer.Option("--qps", help="QPs per connection (1-16).")] = 4,
     json_path: JsonOption = None,
 ) -> None:
-    """Lab up -> probe -> learned bindings -> traffic -> link failure -> again -> predicted."""
+    """Lab up, serve + agents, two jobs, traffic, link down, again, then predicted/verified."""
+    import signal
+
     from c4p.files import load_fabric
     from c4p.lab.demo import render, run_demo
 
     if routing not in ("static", "bgp", "both"):
         fail(f"--routing: {routing!r} is not one of static, bgp, both")
+    if not 1 <= qps <= 16:
+        fail(f"--qps: {qps} is not between 1 and 16")
+
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt  # unwinds every context: agents, service, faces, namespaces
+
+    signal.signal(signal.SIGTERM, interrupted)
     modes = ["static", "bgp"] if routing == "both" else [routing]
     results = []
-    for mode in modes:
-        results.append(
-            guarded(lambda m=mode: run_demo(load_fabric(fabric) if fabric else None, routing=m))  # type: ignore[misc]
-        )
+    try:
+        for mode in modes:
+            results.append(
+                guarded(
+                    lambda m=mode: run_demo(  # type: ignore[misc]
+                        load_fabric(fabric) if fabric else None, routing=m, qps=qps
+                    )
+                )
+            )
+    except KeyboardInterrupt:
+        console.print("interrupted: the lab, its agents and the controller were torn down")
+        raise typer.Exit(130) from None
 
     def show() -> None:
         for result in results:

@@ -1,10 +1,9 @@
-"""``c4p serve``: run the controller service (a typer sub-app the main CLI registers).
+"""``c4p serve``: run the controller service (the main CLI registers :func:`serve`).
 
 Why gRPC is imported late: the offline commands import no gRPC; the
 service pulls in grpc, prometheus and the store (imported inside :func:`serve`, so registering
 the command costs nothing). The main CLI registers it with ``app.command("serve")(serve)``. It is
-also runnable alone (``python -m c4p.cli.serve --config FILE``), which tests use to run the
-service as a real process.
+run as a real process by tests with ``python -m c4p serve --config FILE``.
 
 The config is loaded and checked before anything starts; a bad one exits with status 2 and one
 line per problem (``error: FILE: field: reason``), never a traceback.
@@ -16,12 +15,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-serve_app = typer.Typer(
-    help="Run the c4p controller service (gRPC API, reconcile loop, metrics).",
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
 
 
 def serve(
@@ -60,9 +53,3 @@ def serve(
         guarded(lambda: run(settings, ready))  # the store, discovery or a port may refuse
     except KeyboardInterrupt:  # SIGINT before the service's own handlers are in place
         raise typer.Exit(code=130) from None
-
-
-serve_app.command()(serve)  # alone, a one-command app runs it directly
-
-if __name__ == "__main__":  # pragma: no cover
-    serve_app(prog_name="c4p serve")

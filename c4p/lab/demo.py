@@ -1,39 +1,42 @@
-"""``c4p lab demo``: plans realized on a real Linux fabric, measured by kernel counters.
+"""``c4p lab demo``: c4p's bindings realized on a real Linux fabric, measured by kernel counters.
 
-The steps (each a function, so that the probing and binding steps can later be switched to
-``c4p serve`` + host agents without touching the rest):
+Everything runs the product's way (:mod:`c4p.lab.served`): the lab's switches speak gNMI from
+their kernels and lldpd, ``c4p serve`` discovers the fabric from them (``fabric.source: gnmi``)
+with learned ports, a ``c4p agent`` runs in every host namespace, and two jobs submit intents
+through the Python client. The phases:
 
-1. lab up (static or BGP routing);
-2. two jobs, planned by :func:`solver.plan`;
-3. **learned**: probe the planned paths from the host namespaces (the real prober), bind from
-   the learned table, send every QP's traffic, read which links it crossed;
-4. **failure**: ``ip link set ... down`` on the most used spine link, invalidate the table,
-   re-plan, re-probe what changed, bind again, traffic again, measure again;
-5. **predicted**: bind the same plan from the hash model (what c4p did before probing) and
-   measure: the mismatches are what probing is for.
+1. **learned**: both jobs bound from what the agents' probes saw; every QP's traffic sent, the
+   links it crossed read from the kernels' interface counters;
+2. **link-failure**: ``ip link set ... down`` on the spine link the most QPs use; the controller
+   hears it from the gNMI stream (not injected), re-probes what changed and re-binds; measured
+   again;
+3. **predicted**: a controller in ``predicted`` mode binds the same jobs from the hash model:
+   the QPs the counters show off their planned path are the mismatches probing is for;
+4. **verified**: a controller in ``verified`` mode predicts, confirms every binding by probes,
+   and re-binds the mismatches from what the probes saw; measured again.
 
 Per phase: QPs, QPs on their planned path (by counters), the most QPs on one link planned and
-measured, probes sent and lost, and seconds taken.
+measured, probes (traces) sent and lost (a hop that never answered), and seconds taken.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from c4p.client.mirror import BindingMirror
 from c4p.lab.build import Lab, Routing
-from c4p.lab.hosts import Helpers, NamespaceProber
-from c4p.lab.traffic import Measurement, measure
+from c4p.lab.hosts import Helpers
+from c4p.lab.served import LabServeError, ServedLab, measured, ring, uses_link
+from c4p.lab.traffic import Measurement
 from solver import JobsGenParams, flows_for_jobs, generate_jobs, plan
 from solver.flows import Flow
-from southbound.bindings import BindingSet, bindings_for_paths
-from southbound.pathtable import PathTable
-from southbound.probeplan import ProbePlanner, ProbeReport
 from southbound.routes import QpRoute, routes_from_flows
 from topology.generators import LeafSpineParams, leaf_spine
-from topology.model import Fabric, LinkStatus
+from topology.model import Fabric
 
 
 def small_fabric(leaves: int = 2, spines: int = 4, hosts_per_leaf: int = 4) -> Fabric:
@@ -68,19 +71,9 @@ class Phase:
     max_link_qps_planned: int
     max_link_qps_measured: int
     probes_sent: int
-    probe_packets: int
     probes_lost: int
     seconds: float
     notes: dict[str, Any] = field(default_factory=dict)
-
-
-def learn(
-    planner: ProbePlanner, prober: NamespaceProber, routes: Sequence[QpRoute]
-) -> tuple[ProbeReport, int]:
-    """Probe the planned paths of ``routes``; the report and the packets lost meanwhile."""
-    lost = prober.stats.lost
-    report = planner.cover_routes(routes)
-    return report, prober.stats.lost - lost
 
 
 def per_qp_and_link(lab: Lab, measured: Measurement) -> dict[str, Any]:
@@ -106,7 +99,7 @@ def per_qp_and_link(lab: Lab, measured: Measurement) -> dict[str, Any]:
 def phase(
     name: str,
     measured: Measurement,
-    report: ProbeReport | None,
+    sent: int,
     lost: int,
     seconds: float,
     **notes: Any,
@@ -117,8 +110,7 @@ def phase(
         on_planned_path=measured.on_plan,
         max_link_qps_planned=measured.max_planned,
         max_link_qps_measured=measured.max_measured,
-        probes_sent=report.traces if report else 0,
-        probe_packets=report.packets if report else 0,
+        probes_sent=sent,
         probes_lost=lost,
         seconds=round(seconds, 3),
         notes=notes,
@@ -140,113 +132,141 @@ def run_demo(
     fabric: Fabric | None = None,
     *,
     routing: Routing = "static",
-    privilege: str = "auto",
-    rate: float | None = None,
+    qps: int = 4,
+    settle_s: float = 120.0,
 ) -> dict[str, Any]:
-    """Run every phase (see the module docstring) and return the JSON-able result."""
-    from southbound.pacing import DEFAULT_RATE
-
+    """Run every phase (see the module docstring) through serve + agents; the JSON-able result."""
     phases: list[Phase] = []
     started = time.monotonic()
     with (
-        Lab(fabric or small_fabric(2, 4, 8), routing=routing) as lab,
-        Helpers(lab, privilege) as hosts,
+        Lab(fabric or small_fabric(), routing=routing) as lab,
+        Helpers(lab) as hosts,
     ):
         built = time.monotonic() - started
         t0 = time.monotonic()
         hosts.start_all()
-        helpers_seconds = time.monotonic() - t0
-        view = lab.fabric
-        flows = two_jobs(view)
-        routes = planned_routes(view, flows)
-        prober = NamespaceProber(hosts, rate=rate or DEFAULT_RATE)
-        table = PathTable(view)
-        planner = ProbePlanner(table, prober)
+        with ServedLab(lab, mode="learned", settle_s=settle_s) as served:
+            up_seconds = time.monotonic() - t0
+            order = ring(lab, [h.name for h in lab.fabric.hosts])
+            half = len(order) // 2
+            jobs = {"job-a": order[:half], "job-b": order[half:]}
 
-        # Learned: per job, so that the probes each job costs are seen.
-        t0 = time.monotonic()
-        per_job: dict[str, int] = {}
-        total = ProbeReport()
-        lost = 0
-        for job in sorted({r.job for r in routes}):
-            report, job_lost = learn(planner, prober, [r for r in routes if r.job == job])
-            per_job[job] = report.traces
-            total.add(report)
-            lost += job_lost
-        learn_seconds = time.monotonic() - t0
-        learned = bindings_for_paths(view, routes, 1, mode="learned", table=table)
-        t1 = time.monotonic()
-        measured = measure(lab, hosts, learned, routes)
-        measure_seconds = time.monotonic() - t1
-        keys = len({table.key_of(view.index.node(r.src), view.index.node(r.dst)) for r in routes})
-        phases.append(
-            phase(
-                "learned",
-                measured,
-                total,
-                lost,
-                time.monotonic() - t0,
-                probes_per_job=per_job,
-                table_keys=keys,
-                learn_seconds=round(learn_seconds, 3),
-                traffic_seconds=round(measure_seconds, 3),
-                privilege=prober.privilege,
-                complete=total.complete,
-                **per_qp_and_link(lab, measured),
-            )
-        )
+            # Learned: each job submits; its bindings come from probes by the agents.
+            t0 = time.monotonic()
+            sent0, lost0 = served.probe_counts()
+            per_job: dict[str, int] = {}
+            job_seconds: dict[str, float] = {}
+            mirrors = {}
+            with served.client() as flow:
+                watches = {}
+                for job, members in jobs.items():
+                    before, t1 = served.probe_counts()[0], time.monotonic()
+                    watches[job] = served.submit(flow, job, members, qps)
+                    per_job[job] = served.probe_counts()[0] - before
+                    job_seconds[job] = round(time.monotonic() - t1, 3)
+                mirrors = {job: w.mirror for job, w in watches.items()}
+                learn_seconds = time.monotonic() - t0
+                m = measured(lab, hosts, mirrors)
+                sent, lost = served.probe_counts()
+                phases.append(
+                    phase(
+                        "learned",
+                        m,
+                        sent - sent0,
+                        lost - lost0,
+                        time.monotonic() - t0,
+                        probes_per_job=per_job,
+                        seconds_to_bound_per_job=job_seconds,
+                        learn_seconds=round(learn_seconds, 3),
+                        verified=sum(
+                            b.verified for w in mirrors.values() for b in w.bindings.values()
+                        ),
+                        **per_qp_and_link(lab, m),
+                    )
+                )
 
-        # A used spine link fails: event, re-probe, re-plan, new bindings.
-        t0 = time.monotonic()
-        link = busiest_spine_link(view, routes)
-        lab.set_link(link, up=False)
-        lab.wait_routes()
-        after = view.with_link_status({link: LinkStatus.DOWN})
-        invalidation = table.invalidate(after)
-        lost_before = prober.stats.lost
-        replanned = planned_routes(after, flows)
-        report = planner.reprobe(invalidation)
-        report.add(planner.cover_routes(replanned))
-        rebound = bindings_for_paths(
-            after, replanned, 2, mode="learned", table=table, previous=learned
-        )
-        measured = measure(lab, hosts, rebound, replanned)
-        phases.append(
-            phase(
-                "link-failure",
-                measured,
-                report,
-                prober.stats.lost - lost_before,
-                time.monotonic() - t0,
-                failed_link=view.links[link].id,
-                stale_entries=len(invalidation.stale),
-                black_holes=len(report.black_holes),
-                **per_qp_and_link(lab, measured),
-            )
-        )
+                # A used spine link fails in the kernel; the event reaches serve through gNMI.
+                t0 = time.monotonic()
+                sent0, lost0 = sent, lost
+                a, b = busiest_used_link(mirrors)
+                epochs = {job: mirror.epoch for job, mirror in mirrors.items()}
+                lab.set_link(lab.fabric.index.link_number(f"{a}--{b}"), up=False)
+                if routing == "bgp":
+                    lab.wait_routes()
+                for job, watch in watches.items():
+                    if not watch.wait(rebound_off(served, epochs[job], a, b), settle_s):
+                        raise LabServeError(f"{job}: not re-bound off {a}--{b} in {settle_s:.0f} s")
+                rebound_seconds = time.monotonic() - t0
+                m = measured(lab, hosts, mirrors)
+                sent, lost = served.probe_counts()
+                phases.append(
+                    phase(
+                        "link-failure",
+                        m,
+                        sent - sent0,
+                        lost - lost0,
+                        time.monotonic() - t0,
+                        failed_link=f"{a}--{b}",
+                        heard_as=[r for r in served.reasons() if "link" in r][:3],
+                        seconds_to_rebound=round(rebound_seconds, 3),
+                        black_holes=sum("black hole" in f for f in served.findings()),
+                        **per_qp_and_link(lab, m),
+                    )
+                )
+                for watch in watches.values():
+                    watch.stop()
 
-        # Predicted: the hash model's ports for the same plan.
-        t0 = time.monotonic()
-        predicted = bindings_for_paths(after, replanned, 3, mode="predicted")
-        measured = measure(lab, hosts, predicted, replanned)
-        phases.append(
-            phase(
-                "predicted",
-                measured,
-                None,
-                0,
-                time.monotonic() - t0,
-                mismatches=len(measured.qps) - measured.on_plan,
-                **per_qp_and_link(lab, measured),
-            )
-        )
+            # Predicted, then verified: a fresh controller in that mode, the same jobs again.
+            for mode in ("predicted", "verified"):
+                t0 = time.monotonic()
+                served.serve(mode)
+                with served.client() as flow:
+                    watches = {j: served.submit(flow, j, hosts_, qps) for j, hosts_ in jobs.items()}
+                    mirrors = {job: w.mirror for job, w in watches.items()}
+                    bound_seconds = time.monotonic() - t0
+                    m = measured(lab, hosts, mirrors)
+                    sent, lost = served.probe_counts()
+                    findings = served.findings()
+                    phases.append(
+                        phase(
+                            mode,
+                            m,
+                            sent,
+                            lost,
+                            time.monotonic() - t0,
+                            seconds_to_bound=round(bound_seconds, 3),
+                            mismatches_by_counters=len(m.qps) - m.on_plan,
+                            mismatches_rebound_by_probes=sum(
+                                "re-bound from the probes" in f for f in findings
+                            ),
+                            **per_qp_and_link(lab, m),
+                        )
+                    )
+                    for watch in watches.values():
+                        watch.stop()
     return {
         "routing": routing,
-        "fabric": view.name,
+        "fabric": lab.fabric.name,
         "lab_up_seconds": round(built, 3),
-        "helpers_start_seconds": round(helpers_seconds, 3),
+        "serve_and_agents_up_seconds": round(up_seconds, 3),
         "phases": [asdict(p) for p in phases],
     }
+
+
+def rebound_off(served: ServedLab, epoch: int, a: str, b: str) -> Callable[[BindingMirror], bool]:
+    """A newer epoch, settled again, and no binding across the ``a``-``b`` hop."""
+    return lambda m: m.epoch > epoch and served.settled(m) and not uses_link(m, a, b)
+
+
+def busiest_used_link(mirrors: dict[str, Any]) -> tuple[str, str]:
+    """The leaf-spine hop the most bound QPs cross (the one whose failure moves the most)."""
+    used: Counter[tuple[str, str]] = Counter(
+        (b.path[1], b.path[2])
+        for mirror in mirrors.values()
+        for b in mirror.bindings.values()
+        if len(b.path) > 3
+    )
+    return used.most_common(1)[0][0]
 
 
 def render(result: dict[str, Any]) -> list[list[str]]:
@@ -266,4 +286,4 @@ def render(result: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-__all__ = ["BindingSet", "Phase", "render", "run_demo", "small_fabric", "two_jobs"]
+__all__ = ["Phase", "render", "run_demo", "small_fabric", "two_jobs"]

@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import ipaddress
 import json
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -121,4 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # Ctrl-C on a terminal reaches the whole process group: the lab tears the helpers down,
+    # so a helper interrupted in its read loop just ends (no traceback on the user's screen).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     raise SystemExit(main())

@@ -20,6 +20,7 @@ from c4p.controller.learning import PortLearner, ProbeWants
 from c4p.controller.loop import ControllerLoop
 from c4p.controller.triggers import Key, KeyKind
 from c4p.service.agents import AgentHub
+from southbound.pathtable import Outcome
 from southbound.probeplan import ProbeReport
 
 log = logging.getLogger("c4p.service")
@@ -34,6 +35,8 @@ class ProbeWorker:
         self.loop = loop
         self.rounds = 0
         self.traces = 0
+        self.packets = 0
+        self.incomplete = 0  # traces with a hop that never answered (lost probes or answers)
         self.seconds = 0.0
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -79,6 +82,8 @@ class ProbeWorker:
         took = time.perf_counter() - started
         self.rounds += 1
         self.traces += report.traces
+        self.packets += report.packets
+        self.incomplete += report.outcomes[Outcome.INCOMPLETE]
         self.seconds += took
         log.info(
             "probed",

@@ -2,7 +2,7 @@
 
 Why processes: failover is about what survives a ``kill -9`` and a ``SIGSTOP`` of a process, so
 the replicas must be processes of their own, started exactly as an operator starts them
-(``python -m c4p.cli.serve --config FILE``). Every replica listens on its own loopback port
+(``python -m c4p serve --config FILE``). Every replica listens on its own loopback port
 (found by binding to port 0), writes its log to the group's directory, and is killed when the
 group stops, also after a failure (use it as a context manager).
 """
@@ -47,7 +47,7 @@ class ReplicaProcess:
         self.ready.unlink(missing_ok=True)
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(  # noqa: S603
-                [sys.executable, "-m", "c4p.cli.serve", "--config", str(self.config),
+                [sys.executable, "-m", "c4p", "serve", "--config", str(self.config),
                  "--ready-file", str(self.ready)],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
