@@ -22,12 +22,12 @@ import sys
 from collections import Counter as Tally
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-if TYPE_CHECKING:  # the host agent logs through here too and must not load the controller
-    from c4p.store.base import DecisionRecord
+from c4p.controller.triggers import KeyKind
+from c4p.store.base import DecisionRecord, DecisionResult
 
 
 class Metrics:
@@ -83,9 +83,6 @@ class Metrics:
         )
 
     def record_plan(self, decision: DecisionRecord) -> None:
-        from c4p.controller.triggers import KeyKind
-        from c4p.store.base import DecisionResult
-
         kinds = sorted({t.split(" ", 1)[0] for t in decision.triggers}) or [KeyKind.STARTUP.value]
         self.plans.labels(reason="+".join(kinds), result=decision.result.value).inc()
         if decision.result is DecisionResult.PLANNED:
