@@ -25,7 +25,7 @@ import socket
 from pathlib import Path
 from typing import Literal, Self, TypeVar
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from c4p.controller.intake import IntakeLimits
 from c4p.controller.learning import PortMode, PortsSettings
@@ -33,6 +33,8 @@ from c4p.controller.loop import LoopSettings
 from c4p.controller.modes import RolloutSettings
 from c4p.controller.reconcile import PlannerSettings
 from c4p.controller.triggers import FlapSettings
+from c4p.endpoints import Secret as Secret  # re-exported: the controller config uses it
+from c4p.endpoints import split_address as split_address
 from c4p.files import load_model, read_text
 from c4p.service.access import RateSettings
 from c4p.store.sqlite import Synchronous
@@ -51,14 +53,6 @@ class Strict(Frozen):
 def is_unix(address: str) -> bool:
     """``unix:/path``: a Unix socket (local only, like loopback)."""
     return address.startswith("unix:")
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` -> (host, port); ``ValueError`` naming the problem."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{address!r} is not 'host:port' with a port 0..65535")
-    return host.strip("[]"), int(port)
 
 
 def is_loopback(host: str) -> bool:
@@ -140,38 +134,6 @@ class TlsConfig(Strict):
         if self.mode == "mtls" and self.client_ca_file is None:
             raise ValueError("mode 'mtls' needs client_ca_file")
         return self
-
-
-class Secret(Strict):
-    """A credential from exactly one of: an environment variable, a file, a literal."""
-
-    env: str | None = None
-    file: Path | None = None
-    value: SecretStr | None = None
-
-    @model_validator(mode="after")
-    def _one(self) -> Self:
-        if sum(x is not None for x in (self.env, self.file, self.value)) != 1:
-            raise ValueError("give exactly one of env, file, value")
-        return self
-
-    def resolve(self) -> str:
-        if self.env is not None:
-            text = os.environ.get(self.env, "")
-            if not text:
-                raise ValueError(
-                    f"environment variable {self.env!r} is not set; make a credential with: "
-                    f"export {self.env}=$(python3 -c 'import secrets; "
-                    "print(secrets.token_urlsafe(32))')"
-                )
-        elif self.file is not None:
-            text = self.file.read_text(encoding="utf-8").strip()
-        else:
-            assert self.value is not None
-            text = self.value.get_secret_value()
-        if len(text) < 16:
-            raise ValueError("a credential must be at least 16 characters")
-        return text
 
 
 class RegistrationSecret(Secret):

@@ -5,40 +5,81 @@ with bounds, moves and how they were found, as a :class:`Plan`.
 
 Depends on :mod:`topology` only and does no I/O: text in and out goes through
 :mod:`topology.formats` (``parse_model`` / ``dump_model``) with the models defined here.
+
+The names below are loaded on first use (PEP 562): ``import solver.errors`` (which every layer
+above does, through ``c4p.errors``) must not load OR-Tools and pandas, which the host agent on
+every GPU host never needs (they are most of a process's memory).
 """
 
-from solver.ecmp import EcmpResult, ecmp_paths, random_qpns
-from solver.errors import JobError, LocatedError, PlacementError, PlanError, SolverError
-from solver.evaluate import (
-    CommunicatorResult,
-    Evaluation,
-    JobResult,
-    LinkLoad,
-    PairResult,
-    busbw_factor,
-    evaluate,
-    reference_line_rate,
-    switch_resources,
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# ``evaluate`` is both a submodule and a function: importing the submodule sets the package's
+# attribute to the module, so the function is bound here, at once (the module is light).
+from solver.evaluate import evaluate
+
+if TYPE_CHECKING:
+    from solver.ecmp import EcmpResult, ecmp_paths, random_qpns
+    from solver.errors import JobError, LocatedError, PlacementError, PlanError, SolverError
+    from solver.evaluate import (
+        CommunicatorResult,
+        Evaluation,
+        JobResult,
+        LinkLoad,
+        PairResult,
+        busbw_factor,
+        reference_line_rate,
+        switch_resources,
+    )
+    from solver.fairness import Incidence, bottleneck_certificate, max_min_fair_rates, resource_load
+    from solver.flows import Communicator, Connection, Flow, Workload
+    from solver.jobs import (
+        Collective,
+        CommunicatorSpec,
+        ConnectionSpec,
+        JobsFile,
+        JobSpec,
+        Layout,
+        Pattern,
+        RankSpec,
+        check_jobs,
+    )
+    from solver.patterns import derive_workload, flows_for_jobs
+    from solver.placement import JobsGenParams, PlacementMode, generate_jobs, place_hosts
+    from solver.planner import STRATEGIES, flow_weights, plan
+    from solver.plans import PlanFile, PlannedFlow, paths_from_plan, plan_from_paths
+    from solver.problem import Objective
+    from solver.result import Bounds, Part, Plan
+
+_MODULES = (
+    "errors",
+    "flows",
+    "jobs",
+    "result",
+    "problem",
+    "fairness",
+    "ecmp",
+    "evaluate",
+    "patterns",
+    "placement",
+    "plans",
+    "planner",
 )
-from solver.fairness import Incidence, bottleneck_certificate, max_min_fair_rates, resource_load
-from solver.flows import Communicator, Connection, Flow, Workload
-from solver.jobs import (
-    Collective,
-    CommunicatorSpec,
-    ConnectionSpec,
-    JobsFile,
-    JobSpec,
-    Layout,
-    Pattern,
-    RankSpec,
-    check_jobs,
-)
-from solver.patterns import derive_workload, flows_for_jobs
-from solver.placement import JobsGenParams, PlacementMode, generate_jobs, place_hosts
-from solver.planner import STRATEGIES, flow_weights, plan
-from solver.plans import PlanFile, PlannedFlow, paths_from_plan, plan_from_paths
-from solver.problem import Objective
-from solver.result import Bounds, Part, Plan
+"""Where the names of ``__all__`` live, searched in this order on first use."""
+
+
+def __getattr__(name: str) -> object:
+    if name in __all__:
+        for module in _MODULES:
+            found = importlib.import_module(f"solver.{module}")
+            if hasattr(found, name):
+                value = getattr(found, name)
+                globals()[name] = value
+                return value
+    raise AttributeError(f"module 'solver' has no attribute {name!r}")
+
 
 __all__ = [
     "STRATEGIES",

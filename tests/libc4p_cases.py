@@ -81,7 +81,8 @@ def controller_config(
 def agent_config(
     directory: Path, host: str, controller: str, **socket_options: object
 ) -> tuple[Path, Path]:
-    """The agent's binding-side config; returns (config file, socket path)."""
+    """A ``c4p agent`` config with a ``bindings:`` section and no ports (a bindings-only
+    agent: no raw sockets needed); returns (config file, socket path)."""
     directory.mkdir(parents=True, exist_ok=True)
     sock = directory / "agent.sock"
     config = directory / "agent.yaml"
@@ -89,10 +90,13 @@ def agent_config(
         yaml.safe_dump(
             {
                 "host": host,
-                "controller": {"address": controller},
-                "socket": {"path": str(sock), **socket_options},
-                "state_dir": str(directory / "state"),
-                "verify_timeout_s": 3.0,
+                "controllers": [controller],
+                "reconnect": {"initial_s": 0.05, "max_s": 0.5},
+                "bindings": {
+                    "socket": {"path": str(sock), **socket_options},
+                    "state_dir": "state",  # relative: read from the config's directory
+                    "verify_timeout_s": 3.0,
+                },
             }
         )
     )
@@ -103,22 +107,23 @@ def agent_config(
 def process(argv: list[str], ready: Path, what: str) -> Iterator[subprocess.Popen[bytes]]:
     """A child that writes ``ready`` once serving; killed on exit whatever happens."""
     ready.unlink(missing_ok=True)
-    child = subprocess.Popen(
-        argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
+    log = ready.with_suffix(".log")  # a file, not a pipe: a chatty child never blocks on it
+    with log.open("wb") as err:
+        child = subprocess.Popen(
+            argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
     try:
         if not wait_until(lambda: ready.exists() or child.poll() is not None, 60, 0.05):
-            raise TimeoutError(f"{what} did not become ready")
+            raise TimeoutError(f"{what} did not become ready: {log.read_text()[-2000:]}")
         if child.poll() is not None:
-            err = child.stderr.read().decode() if child.stderr else ""
-            raise RuntimeError(f"{what} exited with status {child.returncode}: {err}")
+            raise RuntimeError(
+                f"{what} exited with status {child.returncode}: {log.read_text()[-2000:]}"
+            )
         yield child
     finally:
         if child.poll() is None:
             child.kill()
         child.wait(30)
-        if child.stderr is not None:
-            child.stderr.close()
 
 
 def controller(config: Path) -> Iterator[subprocess.Popen[bytes]]:
@@ -127,10 +132,15 @@ def controller(config: Path) -> Iterator[subprocess.Popen[bytes]]:
     return process([*argv, "--ready-file", str(ready)], ready, "the controller")
 
 
-def agent(config: Path) -> Iterator[subprocess.Popen[bytes]]:
+AGENT = [sys.executable, "-c", "from c4p.cli import main; main()", "agent"]
+"""``c4p agent`` as a process (the installed entry point's code, without needing it on PATH)."""
+
+
+def agent(config: Path, *options: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A real ``c4p agent --config`` process, ready once every component has started."""
     ready = config.parent / "agent.ready"
-    argv = [sys.executable, "-m", "c4p.agent.local", "--config", str(config)]
-    return process([*argv, "--ready-file", str(ready)], ready, "the agent")
+    argv = [*AGENT, "--config", str(config), *options, "--ready-file", str(ready)]
+    return process(argv, ready, "the agent")
 
 
 def kill(child: subprocess.Popen[bytes]) -> None:

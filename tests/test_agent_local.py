@@ -1,27 +1,35 @@
-"""The agent's local binding API on its own: the wire format (round trips and fuzzed bytes),
-the config, and a real agent process fed fuzzed frames over its Unix socket while its
-controller is unreachable: it answers ERROR or closes, never crashes, and keeps serving the
-bindings it holds on disk."""
+"""The agent's local binding API: the wire format (round trips and fuzzed bytes), the
+``bindings:`` section of the agent's config, a real ``c4p agent`` process fed fuzzed frames over
+its Unix socket while its controller is unreachable (it answers ERROR or closes, never crashes,
+and keeps serving the bindings it holds on disk), and one ``c4p agent`` process doing both of
+its jobs at once: a probe batch for the controller and a rank's bindings."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import struct
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from agent_cases import AGENT_TOKEN, agents_section, real_network
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from libc4p_cases import agent, agent_config, free_port
-from service_cases import hosts, serving, spread_fabric
+from pydantic import ValidationError
+from service_cases import hosts, serving, spread_fabric, wait_until
+from typer.testing import CliRunner
 
 from c4p.agent import wire
-from c4p.agent.local import main
-from c4p.agent.local_config import SocketConfig, load_bindings_config
+from c4p.agent.config import AgentConfig, load_agent_config
+from c4p.agent.local_config import SocketConfig
 from c4p.agent.wire import BindingSet, Code, Kind, LocalBinding, QpKey, WireError
+from c4p.cli import app
 
 names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
 u32 = st.integers(0, 2**32 - 1)
@@ -90,21 +98,59 @@ def test_peer_policy() -> None:
     assert listed.admits(1000, 1) and listed.admits(5, 2000) and not listed.admits(5, 6)
 
 
-def test_bad_config_is_refused_with_the_field(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _refusal(tmp_path: Path, doc: dict[str, object]) -> str:
+    """``c4p agent --check`` on ``doc``: must exit 2 without a traceback; its output."""
     config = tmp_path / "agent.yaml"
-    config.write_text(yaml.safe_dump({"host": "h0", "controller": {"address": "x:1"}, "sock": 1}))
-    assert main(["--config", str(config)]) == 2
-    assert "sock" in capsys.readouterr().err
-    config.write_text(yaml.safe_dump({"host": "h 0", "controller": {"address": "x:1"}}))
-    assert main(["--config", str(config)]) == 2
-    assert "host" in capsys.readouterr().err
-    config.write_text(
-        yaml.safe_dump({"host": "h0", "controller": {"address": "x:1", "tls": "mtls"}})
+    config.write_text(yaml.safe_dump(doc))
+    done = CliRunner().invoke(app, ["agent", "-c", str(config), "--check"])
+    assert done.exit_code == 2, done.output
+    assert "Traceback" not in done.output
+    return " ".join(done.output.split())  # rich wraps long lines
+
+
+def test_a_bad_bindings_section_is_refused_naming_the_field(tmp_path: Path) -> None:
+    base: dict[str, object] = {"host": "h0", "controllers": ["127.0.0.1:1"]}
+    assert "bindings.sock" in _refusal(tmp_path, {**base, "bindings": {"sock": 1}})
+    bad_mode = {**base, "bindings": {"socket": {"mode": "0999"}}}
+    assert "bindings.socket.mode" in _refusal(tmp_path, bad_mode)
+    bad_timeout = {**base, "bindings": {"verify_timeout_s": 0}}
+    assert "bindings.verify_timeout_s" in _refusal(tmp_path, bad_timeout)
+    no_user = {**base, "bindings": {"socket": {"owner": "no-such-user-c4p"}}}
+    assert "bindings.socket.owner" in _refusal(tmp_path, no_user)
+    long_path = {**base, "bindings": {"socket": {"path": "/tmp/" + "x" * 120}}}
+    assert "bindings.socket.path" in _refusal(tmp_path, long_path)
+    # The controller settings are the agent's own: a second copy is an unknown key.
+    second = {**base, "bindings": {"controller": {"address": "127.0.0.1:2"}}}
+    assert "bindings.controller" in _refusal(tmp_path, second)
+    assert "host" in _refusal(tmp_path, {**base, "host": "h 0", "bindings": {}})
+    assert "nothing to do" in _refusal(tmp_path, base)
+
+
+def test_the_shipped_agent_config_has_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("C4P_AGENT_TOKEN", "shipped-config-token-0123")
+    shipped = load_agent_config(
+        Path(__file__).resolve().parents[1] / "configs" / "agent.yaml", os_check=False
     )
-    assert main(["--config", str(config)]) == 2
-    assert "ca_file" in capsys.readouterr().err
+    assert shipped.ports and shipped.bindings is not None
+
+
+def test_the_config_sides(tmp_path: Path) -> None:
+    """Bindings only: no ports, no agent token. Ports: a token. Relative paths: the file's."""
+    only = AgentConfig.model_validate({"host": "h0", "controllers": ["unix:/c"], "bindings": {}})
+    assert only.ports == () and only.token is None and only.bindings is not None
+    with pytest.raises(ValidationError, match="token"):
+        AgentConfig.model_validate(
+            {
+                "host": "h0",
+                "controllers": ["unix:/c"],
+                "ports": [{"port": "h0:p0", "interface": "lo", "address": "198.18.0.1"}],
+            }
+        )
+    config, _ = agent_config(tmp_path / "a", "h0", "127.0.0.1:1")
+    loaded = load_agent_config(config)
+    assert loaded.bindings is not None
+    assert loaded.bindings.state_dir == (tmp_path / "a" / "state").resolve()
+    assert loaded.bindings.socket.path == tmp_path / "a" / "agent.sock"
 
 
 HELD = [["dp", 0, 0, 0, 1, 0, 0xC001, 1, 2], ["dp", 0, 1, 0, 1, 0, 0xC002, 2, 2]]
@@ -116,7 +162,9 @@ def cached_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A real agent whose controller is unreachable, with one job on disk."""
     directory = tmp_path_factory.mktemp("agent")
     config, sock = agent_config(directory, "h0", f"127.0.0.1:{free_port()}")
-    state = load_bindings_config(config).state_dir / "jobs"
+    bindings = load_agent_config(config).bindings
+    assert bindings is not None
+    state = bindings.state_dir / "jobs"
     state.mkdir(parents=True)
     doc = {"version": 1, "job_id": "j", "token": TOKEN, "epoch": 2, "known": True, "bindings": HELD}
     (state / "j.json").write_text(json.dumps(doc))
@@ -213,3 +261,181 @@ def test_watch_bindings_filters_by_source_host(tmp_path: Path) -> None:
             only = first([names[0]])
     assert {p.split(":")[0] for p in every} == {names[0], names[1]}
     assert only and sorted(only) == sorted(p for p in every if p.startswith(names[0] + ":"))
+
+
+def test_one_agent_process_probes_and_serves_a_ranks_bindings(tmp_path: Path) -> None:
+    """``c4p agent`` with ports and a ``bindings:`` section: the controller's probe batch is
+    answered by the process, and a rank on its socket gets exactly the job's QPs that leave
+    this host, as the controller streams them (both over the same ``controllers`` entry)."""
+    import signal
+    import subprocess
+
+    from c4p.client import FlowIntentClient, communicator
+    from c4p.files import save_fabric
+    from southbound.probing import Probe
+
+    fabric = spread_fabric()
+    names = hosts(fabric)
+    here = names[0]
+    network = tmp_path / "network.json"
+    save_fabric(real_network(fabric), network)
+    short = Path(tempfile.mkdtemp(prefix=f"c4p-ai-{os.getpid()}-"))  # sun_path is short
+    try:
+        endpoint = f"unix:{short}/controller.sock"
+        listen = {"address": endpoint, "grace_s": 0.5}
+        with (
+            serving(fabric, tmp_path / "svc", agents=agents_section([here]), listen=listen) as svc,
+            FlowIntentClient(endpoint) as flow,
+        ):
+            hub = svc.runtime.agents if svc.runtime else None
+            assert hub is not None
+            job = flow.register_job("both", hosts=[names[0], names[1]])
+            reply = job.submit([communicator("dp", qps_per_connection=2)])
+            watch = job.watch()
+            try:
+                assert watch.wait_revision(reply.revision, 30)
+                snapshot = watch.mirror.snapshot()
+            finally:
+                watch.stop()
+            expected = {
+                (b.communicator, b.src_rank, b.dst_rank, b.channel, b.qp): b.udp_sport
+                for b in snapshot.values()
+                if b.src_port.split(":")[0] == here
+            }
+            assert expected  # the job has QPs leaving this host
+            ports = [
+                {"port": f"{here}:{p.port.name}", "interface": "lo", "address": str(p.port.address)}
+                for p in fabric.index.ports
+                if p.host.name == here
+            ]
+            sock = short / "agent.sock"
+            config = tmp_path / "agent.yaml"
+            config.write_text(
+                yaml.safe_dump(
+                    {
+                        "host": here,
+                        "controllers": [endpoint],
+                        "token": {"value": AGENT_TOKEN},
+                        "ports": ports,
+                        "reconnect": {"initial_s": 0.05, "max_s": 0.5},
+                        "bindings": {"socket": {"path": str(sock)}, "state_dir": "state"},
+                    }
+                )
+            )
+            options = ("--prober", f"modeled:{network}", "--no-os-check")
+            with agent(config, *options) as child:
+                ready = (tmp_path / "agent.ready").read_text().split()
+                assert ready == ["controller-session", "bindings"]
+                assert wait_until(lambda: hub.hosts() == {here}, 60)
+                src = next(p.port.address for p in fabric.index.ports if p.host.name == here)
+                dst = next(p.port.address for p in fabric.index.ports if p.host.name == names[1])
+                traces = hub.trace_many([Probe(src, dst, 0xC000, first_ttl=2, max_ttl=2)])
+                assert traces[0].hops[0].address is not None  # the agent process answered
+
+                def served() -> dict[tuple[str, int, int, int, int], int]:
+                    welcome = _welcome_for(sock, "both", job.token)
+                    assert isinstance(welcome, wire.Welcome), welcome
+                    assert welcome.host == here
+                    return {
+                        (
+                            b.key.communicator,
+                            b.key.src_rank,
+                            b.key.dst_rank,
+                            b.key.channel,
+                            b.key.qp,
+                        ): b.udp_sport
+                        for b in welcome.body.bindings
+                    }
+
+                assert wait_until(lambda: served() == expected, 60)
+                child.send_signal(signal.SIGTERM)
+                assert child.wait(30) == 0
+                assert not sock.exists()  # the binding side removed its socket on stop
+            assert isinstance(child, subprocess.Popen)
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def _welcome_for(sock: Path, job_id: str, token: str) -> wire.Message:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(15)
+        s.connect(str(sock))
+        s.sendall(wire.encode(wire.Hello(job_id, token)))
+        header = wire.parse_header(s.recv(wire.HEADER.size, socket.MSG_WAITALL))
+        return wire.decode(header, s.recv(header.length, socket.MSG_WAITALL))
+
+
+def test_binding_streams_try_the_controllers_in_order(tmp_path: Path) -> None:
+    """A bindings-only agent whose first endpoint is dead: a rank's HELLO still gets the job's
+    bindings, through the second endpoint (the order the probe session uses too)."""
+    from c4p.client import FlowIntentClient, communicator
+
+    fabric = spread_fabric()
+    names = hosts(fabric)
+    short = Path(tempfile.mkdtemp(prefix=f"c4p-ao-{os.getpid()}-"))
+    try:
+        live = f"unix:{short}/live.sock"
+        listen = {"address": live, "grace_s": 0.5}
+        with serving(fabric, tmp_path / "svc", listen=listen), FlowIntentClient(live) as flow:
+            job = flow.register_job("order", hosts=[names[0], names[1]])
+            reply = job.submit([communicator("dp")])
+            config = tmp_path / "agent.yaml"
+            config.write_text(
+                yaml.safe_dump(
+                    {
+                        "host": names[0],
+                        "controllers": [f"unix:{short}/dead.sock", live],
+                        "bindings": {"socket": {"path": str(short / "a.sock")}},
+                    }
+                )
+            )
+            with agent(config):
+                assert (tmp_path / "agent.ready").read_text().split() == ["bindings"]
+
+                def welcomed() -> bool:
+                    answer = _welcome_for(short / "a.sock", "order", job.token)
+                    assert isinstance(answer, wire.Welcome), answer
+                    return answer.known and answer.body.epoch >= 1
+
+                assert wait_until(welcomed, 60)
+            assert reply.revision >= 1
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def test_the_agent_process_does_not_load_the_planner(tmp_path: Path) -> None:
+    """``c4p agent`` runs on every GPU host: it must not import OR-Tools or pandas (the
+    planner's; most of a process's memory). Checked in a fresh interpreter that runs the
+    console entry point up to a validated config."""
+    import subprocess
+    import sys
+
+    config, _ = agent_config(tmp_path, "h0", "127.0.0.1:1")
+    probe = (
+        "import sys\n"
+        f"sys.argv = ['c4p', 'agent', '-c', {str(config)!r}, '--check']\n"
+        "from c4p.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "print(sorted(m for m in ('ortools', 'pandas', 'solver.cpsat') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+
+
+def test_a_socket_that_cannot_be_made_is_a_clear_exit_2(tmp_path: Path) -> None:
+    """The socket's directory is a file: the agent stops at start with one line, exit 2."""
+    import subprocess
+
+    from libc4p_cases import AGENT
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    config, _ = agent_config(tmp_path, "h0", "127.0.0.1:1")
+    doc = yaml.safe_load(config.read_text())
+    doc["bindings"]["socket"]["path"] = str(blocker / "agent.sock")
+    config.write_text(yaml.safe_dump(doc))
+    done = subprocess.run([*AGENT, "-c", str(config)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "bindings: cannot start" in done.stderr and "Traceback" not in done.stderr

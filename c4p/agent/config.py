@@ -8,23 +8,35 @@ gives it, and only once the OS confirms that each address is really configured o
 interface (``ip -j addr``; a typo would otherwise send probes from an address the host does not
 own, which the kernel refuses anyway, or worse, from someone else's).
 
+One agent, one config, two sides: ``ports`` (the probe side, a session with the controller's
+``AgentService``) and an optional ``bindings`` section (the binding side: one ``WatchBindings``
+stream per job of this host, served to the host's ranks on a Unix socket). Both sides use the
+same ``host``, ``controllers`` (tried in order) and ``tls``. Either side may be left out, not
+both: a host whose agent may not send raw packets (no CAP_NET_RAW, or a site that does not
+probe) lists no ``ports`` and needs no agent ``token``; it then only serves bindings (the ranks'
+job tokens authenticate its streams).
+
 The file is YAML or JSON, validated into frozen models that refuse unknown keys; relative paths
-(TLS files, token file) are read from the file's directory. Example::
+(TLS files, token file, socket, state directory) are read from the file's directory. Example::
 
     host: h0003
     controllers: ["unix:/run/c4p/controller.sock"]   # or host:port, tried in order
-    token: {env: C4P_AGENT_TOKEN}
+    token: {env: C4P_AGENT_TOKEN}   # needed with ports
     tls: {mode: plaintext}          # tls (ca_file) | mtls (ca_file, cert_file, key_file)
     ports:
       - {port: "h0003:nic0p0", interface: eth0, address: 198.18.3.10}
     probing: {max_probes_per_s: 800, burst: 200, max_wait_s: 2, max_batch: 20000, max_ttl: 16}
     reconnect: {initial_s: 0.2, max_s: 10}
+    bindings:
+      socket: {path: /run/c4p/agent.sock, group: training, mode: "0660", allowed_gids: [2000]}
+      state_dir: /var/lib/c4p/agent
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -32,11 +44,13 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from c4p.agent.local_config import BindingsSection
+from c4p.endpoints import Secret, split_address
 from c4p.files import load_model
-from c4p.serve import Secret, split_address
 from topology.errors import FabricFileError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_WIRE_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class _Strict(BaseModel):
@@ -105,15 +119,31 @@ class AgentConfig(_Strict):
 
     host: str = Field(min_length=1, description="The fabric's name of this host.")
     controllers: tuple[str, ...] = Field(min_length=1, description="Endpoints, tried in order.")
-    token: Secret = Field(description="The agent credential the controller gives this host.")
+    token: Secret | None = Field(
+        default=None, description="The agent credential the controller gives this host (probing)."
+    )
     tls: AgentTls = AgentTls()
-    ports: tuple[AgentPortConfig, ...] = Field(min_length=1)
+    ports: tuple[AgentPortConfig, ...] = Field(
+        default=(), description="NIC ports to probe from; none: a bindings-only agent."
+    )
     probing: ProbingLimits = ProbingLimits()
     reconnect: ReconnectSettings = ReconnectSettings()
     check_os: bool = Field(default=True, description="Check each port's address on the OS.")
+    bindings: BindingsSection | None = Field(
+        default=None, description="Serve this host's ranks their bindings (libc4p)."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        if not self.ports and self.bindings is None:
+            raise ValueError("nothing to do: give ports (probing), a bindings section, or both")
+        if self.ports and self.token is None:
+            raise ValueError("token: needed to probe (ports are given)")
+        if self.bindings is not None and not _WIRE_HOST.match(self.host):
+            raise ValueError(
+                f"host: {self.host!r} cannot be served to ranks (letters, digits, '.', '_', '-';"
+                " at most 128)"
+            )
         for i, endpoint in enumerate(self.controllers):
             try:
                 check_endpoint(endpoint)
@@ -145,8 +175,13 @@ class AgentConfig(_Strict):
         tls = self.tls.model_copy(
             update={k: fix(getattr(self.tls, k)) for k in ("ca_file", "cert_file", "key_file")}
         )
-        token = self.token.model_copy(update={"file": fix(self.token.file)})
-        return self.model_copy(update={"tls": tls, "token": token})
+        token = (
+            None
+            if self.token is None
+            else self.token.model_copy(update={"file": fix(self.token.file)})
+        )
+        bindings = None if self.bindings is None else self.bindings.relative_to(base)
+        return self.model_copy(update={"tls": tls, "token": token, "bindings": bindings})
 
     def problems(self) -> list[tuple[str, str]]:
         """Missing files and an unusable token (all at once)."""
@@ -155,10 +190,13 @@ class AgentConfig(_Strict):
             for k in ("ca_file", "cert_file", "key_file")
             if getattr(self.tls, k) is not None and not Path(getattr(self.tls, k)).is_file()
         ]
-        try:
-            self.token.resolve()
-        except (OSError, ValueError) as exc:
-            found.append(("token", str(exc)))
+        if self.token is not None:
+            try:
+                self.token.resolve()
+            except (OSError, ValueError) as exc:
+                found.append(("token", str(exc)))
+        if self.bindings is not None:
+            found.extend(self.bindings.socket.problems())
         return found
 
 

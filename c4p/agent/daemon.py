@@ -1,10 +1,12 @@
 """The agent process: its components, its session with the controller, signals, reconnects.
 
 Why components: the agent does two jobs on a GPU host, probing for the controller (here) and
-handing the host's ranks their bindings over a Unix socket (the binding side, its own modules).
-The daemon runs a list of :class:`Component` s, started in order and stopped in reverse, so the
-binding side plugs in without touching the session code; the probe session is itself a
-component (:class:`ControllerSession`).
+handing the host's ranks their bindings over a Unix socket (the binding side,
+:class:`c4p.agent.local.BindingsSide`, which ``c4p agent`` adds when the config has a
+``bindings:`` section). The daemon runs a list of :class:`Component` s, started in order and
+stopped in reverse, so the binding side plugs in without touching the session code; the probe
+session is itself a component (:class:`ControllerSession`), present when the config lists
+``ports``.
 
 The session (``AgentService.Connect``, see ``proto/c4p/v1/agent.proto``): the agent dials the
 first controller endpoint, sends ``hello`` (host, ports, its own rate), and waits for
@@ -24,7 +26,7 @@ import ipaddress
 import logging
 import random
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import metadata
@@ -33,6 +35,7 @@ from typing import Protocol
 import grpc
 
 from c4p.agent.config import AgentConfig
+from c4p.agent.dial import channel_for, next_endpoint
 from c4p.agent.executor import ProbeExecutor, ProberFactory, SessionTerms
 from c4p.api.v1 import agent_pb2 as pb
 
@@ -85,26 +88,6 @@ class SessionStatus:
     history: list[SessionState] = field(default_factory=list)
 
 
-def channel_for(config: AgentConfig, endpoint: str) -> grpc.aio.Channel:
-    """A channel to one endpoint (``unix:/path`` or ``host:port``) with the configured TLS."""
-    options: list[tuple[str, str | int]] = [
-        ("grpc.keepalive_time_ms", 10_000),
-        ("grpc.keepalive_timeout_ms", 5_000),
-    ]
-    tls = config.tls
-    if tls.mode == "plaintext":
-        return grpc.aio.insecure_channel(endpoint, options=options)
-    assert tls.ca_file is not None
-    key = cert = None
-    if tls.mode == "mtls":
-        assert tls.key_file is not None and tls.cert_file is not None
-        key, cert = tls.key_file.read_bytes(), tls.cert_file.read_bytes()
-    credentials = grpc.ssl_channel_credentials(tls.ca_file.read_bytes(), key, cert)
-    if tls.server_name:
-        options.append(("grpc.ssl_target_name_override", tls.server_name))
-    return grpc.aio.secure_channel(endpoint, credentials, options=options)
-
-
 class ControllerSession:
     """The probe session with the controller (see the module docstring)."""
 
@@ -116,7 +99,7 @@ class ControllerSession:
         self.config = config
         self.executor = executor
         self.status = SessionStatus()
-        self._token = config.token.resolve()
+        self._token = "" if config.token is None else config.token.resolve()
         self._random = random.Random(seed)
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -159,10 +142,9 @@ class ControllerSession:
 
     async def _run(self) -> None:
         failures = 0
-        endpoints = self.config.controllers
         settings = self.config.reconnect
         while not self._stopping:
-            endpoint = endpoints[self.status.attempts % len(endpoints)]
+            endpoint = next_endpoint(self.config, self.status.attempts)
             self.status.attempts += 1
             self.status.endpoint = endpoint
             self._set(SessionState.CONNECTING)
@@ -253,7 +235,12 @@ class ControllerSession:
 
 
 class AgentDaemon:
-    """The agent process: components in order, the session among them; stops on a signal."""
+    """The agent process: components in order, the session among them; stops on a signal.
+
+    The probe session is a component only when the config lists ``ports``: a bindings-only
+    agent (no raw sockets on its host, or no probing at this site) never dials
+    ``AgentService`` and needs no agent credential.
+    """
 
     def __init__(
         self,
@@ -266,7 +253,8 @@ class AgentDaemon:
         self.config = config
         self.executor = ProbeExecutor(config, prober_factory)
         self.session = ControllerSession(config, self.executor, seed=seed)
-        self.components: list[Component] = [self.session, *components]
+        probing: list[Component] = [self.session] if config.ports else []
+        self.components: list[Component] = [*probing, *components]
         self._started: list[Component] = []
 
     async def start(self) -> None:
@@ -282,15 +270,25 @@ class AgentDaemon:
             except Exception:
                 log.exception("component stop failed", extra={"component": component.name})
 
-    async def run_until_signal(self) -> None:
-        """``c4p agent``: start, wait for SIGINT/SIGTERM, stop (also when start fails)."""
+    async def run_until_signal(self, ready: Callable[[], None] | None = None) -> None:
+        """``c4p agent``: start, call ``ready``, wait for SIGINT/SIGTERM, stop (also when
+        start fails)."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         try:
             await self.start()
-            log.info("agent started", extra={"event": "started", "host": self.config.host})
+            log.info(
+                "agent started",
+                extra={
+                    "event": "started",
+                    "host": self.config.host,
+                    "components": [c.name for c in self.components],
+                },
+            )
+            if ready is not None:
+                ready()
             await stop.wait()
         finally:
             await self.stop()

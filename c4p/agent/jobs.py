@@ -9,6 +9,11 @@ Fail-static, the whole way down: every completed update is written to
 hear of it. A restarted agent loads those files, serves the same bindings at once, and resumes
 each stream from its epoch; a controller that is away only delays changes. A rank's token is
 checked against the controller once (by opening the job's stream with it) and then by its hash.
+
+The streams use the agent's own ``controllers`` and ``tls`` (:mod:`c4p.agent.dial`), like the
+probe session: each job's stream tries the endpoints in the configured order, moving to the next
+one whenever its stream breaks, so a standby controller takes over the bindings as it takes
+over the probes.
 """
 
 from __future__ import annotations
@@ -25,11 +30,13 @@ from pathlib import Path
 
 import grpc
 
-from c4p.agent.local_config import BindingsAgentConfig
+from c4p.agent.config import AgentConfig
+from c4p.agent.dial import channel_for, next_endpoint
+from c4p.agent.local_config import BindingsSection
 from c4p.agent.wire import BindingSet, Code, Kind, LocalBinding, QpKey, WireError
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
-from c4p.client.wire import FLOW, ApiError, auth, secure_aio_channel
+from c4p.client.wire import FLOW, ApiError, auth
 from topology.backoff import Backoff
 
 log = logging.getLogger("c4p.agent.jobs")
@@ -72,6 +79,7 @@ class JobView:
         self.verified: asyncio.Future[Code] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
         self.ended = False
+        self.attempts = 0  # stream attempts: which controller endpoint comes next
 
     def full_set(self) -> BindingSet:
         return BindingSet(self.epoch, Kind.FULL, tuple(sorted(self.held.values(), key=_k)))
@@ -162,13 +170,22 @@ def _k(b: LocalBinding) -> QpKey:
 class JobBook:
     """Every job of this host (see the module docstring)."""
 
-    def __init__(self, config: BindingsAgentConfig) -> None:
+    def __init__(self, config: AgentConfig) -> None:
+        if config.bindings is None:
+            raise ValueError("bindings: the agent config has no bindings section")
         self.config = config
-        self.dir = config.state_dir / "jobs"
+        self.settings: BindingsSection = config.bindings
+        self.dir = self.settings.state_dir / "jobs"
         self.views: dict[str, JobView] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self.channel = secure_aio_channel(config.controller.address, config.controller.client_tls())
-        self._watch = self.channel.unary_stream(
+        self.channels: dict[str, grpc.aio.Channel] = {}
+
+    def _watch(self, endpoint: str) -> grpc.aio.UnaryStreamMultiCallable:
+        """``WatchBindings`` on ``endpoint``; one channel per endpoint, shared by the jobs."""
+        channel = self.channels.get(endpoint)
+        if channel is None:
+            channel = self.channels[endpoint] = channel_for(self.config, endpoint)
+        return channel.unary_stream(
             FLOW + "WatchBindings",
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=fi.BindingUpdate.FromString,
@@ -200,7 +217,7 @@ class JobBook:
             candidate.task = asyncio.create_task(self._stream(candidate))
             try:
                 code = await asyncio.wait_for(
-                    asyncio.shield(candidate.verified), self.config.verify_timeout_s
+                    asyncio.shield(candidate.verified), self.settings.verify_timeout_s
                 )
             except TimeoutError:
                 code = Code.UNAVAILABLE
@@ -212,9 +229,9 @@ class JobBook:
                     raise WireError(code, f"job {job_id!r}: the controller refused the token")
                 raise WireError(
                     code,
-                    f"job {job_id!r}: the token cannot be checked now (controller "
-                    f"{self.config.controller.address} unreachable for "
-                    f"{self.config.verify_timeout_s:g} s)",
+                    f"job {job_id!r}: the token cannot be checked now (controllers "
+                    f"{', '.join(self.config.controllers)} unreachable for "
+                    f"{self.settings.verify_timeout_s:g} s)",
                 )
             if view is not None:  # a new incarnation of the job replaces the old one
                 await self._end(view)
@@ -238,8 +255,9 @@ class JobBook:
                 src_hosts=[self.config.host],
             )
             parts: list[fi.BindingUpdate] = []
+            endpoint = next_endpoint(self.config, view.attempts)
             try:
-                async for message in self._watch(request, metadata=auth(view.token)):
+                async for message in self._watch(endpoint)(request, metadata=auth(view.token)):
                     parts.append(message)
                     if message.more:
                         continue
@@ -264,6 +282,7 @@ class JobBook:
                     log.warning("job %s: stream refused: %s", view.job_id, error)
             if view.ended:
                 break
+            view.attempts += 1  # broken or refused here: the next endpoint, in order
             await asyncio.sleep(backoff.next())
         if self.views.get(view.job_id) is view:  # released: forget it
             del self.views[view.job_id]
@@ -272,4 +291,5 @@ class JobBook:
     async def close(self) -> None:
         for view in list(self.views.values()):
             await self._end(view)
-        await self.channel.close()
+        for channel in self.channels.values():
+            await channel.close()

@@ -10,27 +10,23 @@ closed: a rank can never crash or stall the agent, and the agent never waits on 
 that stops reading is dropped once its backlog passes ``_MAX_BACKLOG``; it reconnects and gets
 the full set).
 
-Run on its own: ``python -m c4p.agent.local --config FILE [--ready-file PATH]``.
+It runs as a component of the host agent (:class:`BindingsSide`, started by ``c4p agent`` when
+its config has a ``bindings:`` section): the job streams are restored from disk first, then the
+socket opens, so the first rank to connect already gets what the agent held before a restart.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import struct
-import sys
-from pathlib import Path
 
-import yaml
-from pydantic import ValidationError
-
+from c4p.agent.config import AgentConfig
 from c4p.agent.jobs import JobBook, JobView
-from c4p.agent.local_config import BindingsAgentConfig, load_bindings_config
+from c4p.agent.local_config import BindingsSection
 from c4p.agent.wire import (
     HEADER,
     VERSION,
@@ -77,8 +73,11 @@ async def read_message(reader: asyncio.StreamReader) -> Message:
 class LocalServer:
     """Serves the ranks of this host (see the module docstring)."""
 
-    def __init__(self, config: BindingsAgentConfig, book: JobBook) -> None:
-        self.config = config
+    def __init__(self, config: AgentConfig, book: JobBook) -> None:
+        if config.bindings is None:
+            raise ValueError("bindings: the agent config has no bindings section")
+        self.host = config.host
+        self.config: BindingsSection = config.bindings
         self.book = book
         self.server: asyncio.base_events.Server | None = None
         self.sessions = 0
@@ -128,7 +127,7 @@ class LocalServer:
                     return
                 writer.write(encode(delta))
 
-            welcome = Welcome(self.config.host, view.known, view.full_set())
+            welcome = Welcome(self.host, view.known, view.full_set())
             writer.write(encode(welcome))
             view.listeners.add(listener)
             self.served += 1
@@ -154,48 +153,38 @@ class LocalServer:
                 await asyncio.wait_for(writer.wait_closed(), 1)
 
 
-async def run(config: BindingsAgentConfig, ready_file: Path | None = None) -> None:
-    """Serve until SIGTERM or SIGINT."""
-    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    book = JobBook(config)
-    book.restore()
-    server = LocalServer(config, book)
-    await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if ready_file is not None:
-        ready_file.write_text(str(config.socket.path), encoding="utf-8")
-    log.info("serving %s for host %s", config.socket.path, config.host)
-    try:
-        await stop.wait()
-    finally:
-        await server.stop()
-        await book.close()
+class BindingsSide:
+    """The binding side as a component of the agent (:class:`c4p.agent.daemon.Component`).
 
+    Start: the state directory, the job streams resumed from disk, then the socket. Stop in
+    reverse: the socket closes first (no rank is admitted to a job whose stream is ending),
+    then the streams and their channels.
+    """
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m c4p.agent.local", description=__doc__)
-    parser.add_argument("--config", type=Path, required=True)
-    parser.add_argument("--ready-file", type=Path, default=None)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    try:
-        config = load_bindings_config(args.config)
-        config.controller.client_tls()
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        print(f"error: {args.config}: {problems}", file=sys.stderr)
-        return 2
-    except (yaml.YAMLError, ValueError, KeyError, OSError) as exc:
-        print(f"error: {args.config}: {exc}", file=sys.stderr)
-        return 2
-    asyncio.run(run(config, args.ready_file))
-    return 0
+    name = "bindings"
 
+    def __init__(self, config: AgentConfig) -> None:
+        if config.bindings is None:
+            raise ValueError("bindings: the agent config has no bindings section")
+        self.config = config
+        self.book: JobBook | None = None
+        self.server: LocalServer | None = None
 
-if __name__ == "__main__":
-    sys.exit(main())
+    async def start(self) -> None:
+        assert self.config.bindings is not None
+        try:
+            self.config.bindings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.book = JobBook(self.config)
+            self.book.restore()
+            self.server = LocalServer(self.config, self.book)
+            await self.server.start()
+        except BaseException:
+            await self.stop()  # not started: the daemon will not stop it, so undo here
+            raise
+        log.info("serving %s for host %s", self.server.config.socket.path, self.config.host)
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+        if self.book is not None:
+            await self.book.close()

@@ -1,10 +1,11 @@
-"""Configuration of the agent's binding side: the local socket, the state directory, the
-controller it watches.
+"""The ``bindings:`` section of the agent's config: the local socket the ranks connect to, the
+state directory, and the limits of the binding side.
 
-Why its own model: the host agent (``c4p agent``) composes several components, each with its own
-section; this is the ``bindings`` section, validated on its own so the local API can run (and
-be tested) as a process of its own: ``python -m c4p.agent.local --config FILE``. Unknown keys
-are refused; relative paths are read from the config file's directory.
+Why only these: the binding side is a component of the one host agent (``c4p agent``), so it
+reuses the agent's ``host``, its ``controllers`` endpoint list and its ``tls`` (see
+:mod:`c4p.agent.config`); a second copy of the controller settings would let the two halves of
+one agent talk to two different controllers. What is here is what only the binding side needs.
+Unknown keys are refused; relative paths are read from the config file's directory.
 """
 
 from __future__ import annotations
@@ -12,43 +13,11 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-from enum import StrEnum
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from c4p.client.wire import ClientTls
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TlsMode(StrEnum):
-    PLAINTEXT = "plaintext"
-    TLS = "tls"
-    MTLS = "mtls"
-
-
-class ControllerEndpoint(_Frozen):
-    """The controller (``c4p serve``) the agent holds its job streams with."""
-
-    address: str = Field(min_length=3, examples=["127.0.0.1:50051"])
-    tls: TlsMode = TlsMode.PLAINTEXT
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    server_name: str | None = None
-
-    def client_tls(self) -> ClientTls | None:
-        if self.tls == TlsMode.PLAINTEXT:
-            return None
-        if self.ca_file is None:
-            raise ValueError("controller.ca_file: needed with tls or mtls")
-        if self.tls == TlsMode.MTLS and (self.cert_file is None or self.key_file is None):
-            raise ValueError("controller.cert_file/key_file: needed with mtls")
-        return ClientTls(self.ca_file, self.cert_file, self.key_file, self.server_name)
+from topology.base import Frozen as _Frozen
 
 
 class SocketConfig(_Frozen):
@@ -89,43 +58,39 @@ class SocketConfig(_Frozen):
             return uid in (0, os.geteuid())
         return uid in self.allowed_uids or gid in self.allowed_gids
 
+    def problems(self) -> list[tuple[str, str]]:
+        """An owner or group this host does not know (found at load, not at the first rank)."""
+        found: list[tuple[str, str]] = []
+        try:
+            self.uid()
+        except KeyError:
+            found.append(("bindings.socket.owner", f"no user {self.owner!r} on this host"))
+        try:
+            self.gid()
+        except KeyError:
+            found.append(("bindings.socket.group", f"no group {self.group!r} on this host"))
+        return found
 
-class BindingsAgentConfig(_Frozen):
-    """The ``bindings`` part of the host agent's configuration."""
+    def relative_to(self, base: Path) -> SocketConfig:
+        return (
+            self if self.path.is_absolute() else self.model_copy(update={"path": base / self.path})
+        )
 
-    host: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    controller: ControllerEndpoint
+
+class BindingsSection(_Frozen):
+    """The binding side of the host agent: serve the host's ranks their bindings.
+
+    Present: ``c4p agent`` holds one ``WatchBindings`` stream per job of this host (trying the
+    agent's ``controllers`` in order, with its ``tls``), keeps the last bindings in
+    ``state_dir`` and serves them on ``socket``. Absent: the agent only probes.
+    """
+
     socket: SocketConfig = SocketConfig()
     state_dir: Path = Path("/var/lib/c4p/agent")
     verify_timeout_s: float = Field(default=5.0, gt=0, le=60)
     """How long a rank's first HELLO for an unknown token may wait for the controller's word."""
     max_sessions: int = Field(default=1024, ge=1)
 
-
-def load_bindings_config(path: Path) -> BindingsAgentConfig:
-    """The config file (YAML or JSON), with relative paths taken from its directory.
-
-    Read with PyYAML and pydantic only: the agent runs on every GPU host and must not pull in
-    the planner's dependencies (OR-Tools, numpy) through the shared file helpers."""
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if not isinstance(data, dict):
-        raise ValueError("expected a mapping at the top")
-    config = BindingsAgentConfig.model_validate(data)
-    base = path.resolve().parent
-
-    def rel(p: Path | None) -> Path | None:
-        return None if p is None or p.is_absolute() else base / p
-
-    updates_socket = {"path": rel(config.socket.path) or config.socket.path}
-    ctl = config.controller
-    ctl_files = {
-        name: rel(getattr(ctl, name)) or getattr(ctl, name)
-        for name in ("ca_file", "cert_file", "key_file")
-    }
-    return config.model_copy(
-        update={
-            "socket": config.socket.model_copy(update=updates_socket),
-            "controller": ctl.model_copy(update=ctl_files),
-            "state_dir": rel(config.state_dir) or config.state_dir,
-        }
-    )
+    def relative_to(self, base: Path) -> BindingsSection:
+        state = self.state_dir if self.state_dir.is_absolute() else base / self.state_dir
+        return self.model_copy(update={"socket": self.socket.relative_to(base), "state_dir": state})

@@ -1,9 +1,11 @@
-"""``c4p agent``: run the host agent (probes for the controller from this host's NICs).
+"""``c4p agent``: run the host agent: probes from this host's NICs for the controller, and,
+with a ``bindings:`` section, the host's ranks' bindings on a Unix socket (``libc4p``).
 
 The config is loaded and checked before anything starts, including the ports against the OS
 (``--no-os-check`` skips that, for a config prepared elsewhere); a bad one exits with status 2
 and one line per problem. The agent then runs until SIGINT/SIGTERM, reconnecting to its
-controllers as long as it runs (see :mod:`c4p.agent.daemon`).
+controllers as long as it runs (see :mod:`c4p.agent.daemon`). An agent without ``ports`` only
+serves bindings (no raw sockets needed; ``--prober`` is then unused).
 """
 
 from __future__ import annotations
@@ -25,14 +27,20 @@ def agent_cmd(
     check_only: Annotated[
         bool, typer.Option("--check", help="Validate the config and exit.")
     ] = False,
+    ready_file: Annotated[
+        Path | None,
+        typer.Option(help="Write the agent's components here once all have started."),
+    ] = None,
 ) -> None:
     """Run the host agent until SIGINT/SIGTERM."""
     import asyncio
 
     from c4p.agent.config import load_agent_config
-    from c4p.agent.daemon import AgentDaemon
+    from c4p.agent.daemon import AgentDaemon, Component
+    from c4p.agent.local import BindingsSide
     from c4p.agent.probers import prober_factory
-    from c4p.cli.common import guarded
+    from c4p.cli.common import fail, guarded
+    from c4p.files import write_text
     from c4p.service import telemetry
 
     settings = guarded(lambda: load_agent_config(config, os_check=os_check and None))
@@ -41,8 +49,19 @@ def agent_cmd(
         typer.echo(f"{config}: ok")
         return
     telemetry.configure("info", "json")
-    daemon = AgentDaemon(settings, factory)
-    asyncio.run(daemon.run_until_signal())
+    components: list[Component] = []
+    if settings.bindings is not None:
+        components.append(BindingsSide(settings))
+    daemon = AgentDaemon(settings, factory, components=components)
+
+    def ready() -> None:
+        if ready_file is not None:
+            write_text(ready_file, " ".join(c.name for c in daemon.components) + "\n")
+
+    try:
+        asyncio.run(daemon.run_until_signal(ready))
+    except OSError as exc:  # the socket's directory, owner or the state directory
+        fail(f"{config}: bindings: cannot start: {exc}")
 
 
 agent_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

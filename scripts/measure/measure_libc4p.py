@@ -1,5 +1,6 @@
 """libc4p and the agent's local API: the figures of issue 12, on loopback with real processes
-(a ``c4p serve``, one agent on a Unix socket, ranks that are C programs linking libc4p).
+(a ``c4p serve``, one ``c4p agent`` process serving bindings on a Unix socket, ranks that are C
+programs linking libc4p).
 
 * lookup latency in the library (c4p_lookup of every binding of the host, many rounds; ns)
 * bindings per second through one agent to 8 local ranks (8 rank processes, each opening
