@@ -38,6 +38,7 @@ import ipaddress
 import select
 import socket
 import struct
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -157,11 +158,16 @@ class SocketProber:
         self.rounds = rounds
         self.max_open = max_open
         self.stats = ProbeStats()
+        self.cancel = threading.Event()
+        """Set from another thread to stop sending at once (the probes not answered by then
+        come back unanswered): an agent whose controller went away must not go on probing
+        for a batch nobody will read. Cleared by the next :meth:`trace_many`."""
 
     # -- the Prober seam ---------------------------------------------------------------------
 
     def trace_many(self, probes: Sequence[Probe]) -> list[Trace]:
         started = time.monotonic()
+        self.cancel.clear()
         owner: dict[Packet, Probe] = {}
         for probe in probes:
             four = (str(probe.src), probe.sport, str(probe.dst), probe.dport)
@@ -170,7 +176,7 @@ class SocketProber:
         answers: dict[Packet, HopReply] = {}
         todo = list(owner)
         for round_number in range(self.rounds):
-            if not todo:
+            if not todo or self.cancel.is_set():
                 break
             if round_number:
                 self.stats.retried += len(todo)
@@ -256,6 +262,8 @@ class SocketProber:
             busy: set[Tuple4] = set()
             deadline = time.monotonic() + self.timeout * (1 + sum(map(len, chunk.values())))
             while (queues or in_flight) and time.monotonic() < deadline:
+                if self.cancel.is_set():
+                    break
                 wake = self._send_ready(queues, busy, in_flight, socks, owner, raw)
                 now = time.monotonic()
                 expiry = min(in_flight.values(), default=now + 0.05) + self.timeout

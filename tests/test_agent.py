@@ -12,7 +12,8 @@ import ipaddress
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from c4p.agent.daemon import SessionState
 from c4p.agent.executor import ProbeExecutor, SessionTerms, TokenBucket
 from c4p.agent.probe_wire import spec_of
 from c4p.api.v1 import agent_pb2 as pb
-from southbound.probing import ModeledProber, Probe
+from southbound.probing import HopReply, ModeledProber, Probe, Trace
 from topology.errors import FabricFileError
 
 FABRIC = spread_fabric()
@@ -361,6 +362,79 @@ def test_an_agent_refuses_a_controllers_probes_outside_its_rules(unix_endpoint: 
             assert daemon.executor.packets_sent == 1
         finally:
             runner.call(server.stop(0))
+
+
+class StuckProber:
+    """A prober whose batch only ends when it is told to stop (or after 60 s): the stand-in for
+    a long paced batch, so the test can see whether the agent stops it when the controller goes."""
+
+    def __init__(self) -> None:
+        self.cancel = threading.Event()
+        self.started = threading.Event()
+        self.stopped_early = False
+
+    def trace_many(self, probes: Sequence[Probe]) -> list[Trace]:
+        self.cancel.clear()
+        self.started.set()
+        self.stopped_early = self.cancel.wait(60)
+        return [Trace(p, tuple(HopReply(t, None) for t in range(p.first_ttl, p.max_ttl + 1)))
+                for p in probes]  # fmt: skip
+
+
+class VanishingController(RogueController):
+    """Welcomes the agent, sends one batch, then ends the stream while the batch runs."""
+
+    def __init__(self, batch: pb.ProbeBatch, book: list[str], running: threading.Event) -> None:
+        super().__init__(batch, book)
+        self.running = running
+
+    async def connect(
+        self, requests: AsyncIterator[pb.AgentMessage], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ControllerMessage]:
+        hello = await anext(aiter(requests))
+        yield pb.ControllerMessage(
+            welcome=pb.Welcome(host=hello.hello.host, address_book=self.book, max_probes_per_s=1e4)
+        )
+        yield pb.ControllerMessage(batch=self.batch)
+        await asyncio.to_thread(self.running.wait, 20)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "controller going away")
+
+
+def test_a_controller_lost_mid_batch_stops_the_probing_at_once(unix_endpoint: str) -> None:
+    mine = _ports_of(HOSTS[0])[0].port.address
+    theirs = _ports_of(HOSTS[1])[0].port.address
+    book = [str(p.port.address) for p in FABRIC.index.ports]
+    prober = StuckProber()
+    batch = pb.ProbeBatch(batch=1, probes=[spec_of(Probe(mine, theirs, 0xC001, 2, 2))])
+    vanishing = VanishingController(batch, book, prober.started)
+    with agents_running() as runner:
+
+        async def serve() -> grpc.aio.Server:
+            server = grpc.aio.server()
+            handler = grpc.stream_stream_rpc_method_handler(
+                vanishing.connect,
+                request_deserializer=pb.AgentMessage.FromString,
+                response_serializer=lambda m: m.SerializeToString(),
+            )
+            server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler("c4p.v1.AgentService", {"Connect": handler}),)
+            )
+            server.add_insecure_port(unix_endpoint)
+            await server.start()
+            return server
+
+        server = runner.call(serve())
+        try:
+            daemon = runner.add(agent_config(FABRIC, HOSTS[0], unix_endpoint), lambda: prober)
+            assert prober.started.wait(20), "the batch never reached the prober"
+            # The stream ends while the batch runs: the agent stops the prober (it does not
+            # wait out the batch) and goes back to idle, reconnecting.
+            assert wait_until(lambda: prober.cancel.is_set(), 20)
+            assert _wait_state(daemon, runner, SessionState.RECONNECTING)
+            assert not daemon.executor.active
+        finally:
+            runner.call(server.stop(0))
+    assert prober.stopped_early
 
 
 def test_agent_config_model_is_strict() -> None:

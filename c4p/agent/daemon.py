@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import metadata
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
@@ -38,6 +38,7 @@ from c4p.agent.config import AgentConfig
 from c4p.agent.dial import channel_for, next_endpoint
 from c4p.agent.executor import ProbeExecutor, ProberFactory, SessionTerms
 from c4p.api.v1 import agent_pb2 as pb
+from topology.backoff import Backoff
 
 log = logging.getLogger("c4p.agent")
 
@@ -141,8 +142,8 @@ class ControllerSession:
         self._set(SessionState.IDLE)
 
     async def _run(self) -> None:
-        failures = 0
         settings = self.config.reconnect
+        backoff = Backoff(settings.initial_s, settings.max_s, rng=self._random)
         while not self._stopping:
             endpoint = next_endpoint(self.config, self.status.attempts)
             self.status.attempts += 1
@@ -150,8 +151,8 @@ class ControllerSession:
             self._set(SessionState.CONNECTING)
             final = False
             try:
-                welcomed = await self._session(endpoint)
-                failures = 0 if welcomed else failures
+                if await self._session(endpoint):  # welcomed: the next retry is a first one
+                    backoff.reset()
                 self.status.last_error = "the controller ended the session"
             except grpc.aio.AioRpcError as exc:
                 final = exc.code() in FINAL_CODES
@@ -162,13 +163,9 @@ class ControllerSession:
                 self.executor.end()  # idle at once: never probe without a controller
             if self._stopping:
                 break
-            delay = (
-                settings.max_s
-                if final
-                else min(settings.max_s, settings.initial_s * 2 ** min(failures, 30))
-            )
-            failures += 1
-            delay *= 0.5 + self._random.random() / 2  # jitter: agents do not reconnect in step
+            # Jittered (the one Backoff of the project): agents do not reconnect in step; a
+            # final refusal (bad credential) waits the longest.
+            delay = backoff.delay(60) if final else backoff.next()
             (log.error if final else log.warning)(
                 "controller lost",
                 extra={
@@ -225,13 +222,37 @@ class ControllerSession:
                     "rate": rate,
                 },
             )
-            while True:
-                message = await call.read()
-                if message is grpc.aio.EOF:
-                    return True
-                if message.HasField("batch"):
-                    results = await asyncio.to_thread(self.executor.run, message.batch)
-                    await call.write(pb.AgentMessage(results=results))
+            reading: asyncio.Task[Any] = asyncio.ensure_future(call.read())
+            try:
+                while True:
+                    message = await reading
+                    if message is grpc.aio.EOF:
+                        return True
+                    reading = asyncio.ensure_future(call.read())
+                    if message.HasField("batch"):
+                        results = await self._run_batch(message.batch, reading)
+                        if results is None:  # the stream ended while the batch ran
+                            return True
+                        await call.write(pb.AgentMessage(results=results))
+            finally:
+                reading.cancel()
+
+    async def _run_batch(
+        self, batch: pb.ProbeBatch, reading: asyncio.Task[Any]
+    ) -> pb.ProbeResults | None:
+        """Run ``batch`` in a thread while the stream is watched: if the controller goes away
+        meanwhile (the pending read ends or fails), the prober is told to stop sending at
+        once and ``None`` comes back (nobody would read the results)."""
+        running = asyncio.ensure_future(asyncio.to_thread(self.executor.run, batch))
+        done, _ = await asyncio.wait({running, reading}, return_when=asyncio.FIRST_COMPLETED)
+        if running in done:
+            return running.result()
+        ended = reading.exception() is not None or reading.result() is grpc.aio.EOF
+        if not ended:  # another message while a batch runs: keep it for the loop
+            return await running
+        self.executor.end()  # stops the prober; the thread returns soon after
+        await asyncio.gather(running, return_exceptions=True)
+        return None
 
 
 class AgentDaemon:

@@ -130,10 +130,14 @@ class ProbeExecutor:
         return rate
 
     def end(self) -> None:
-        """The session ended: nothing runs until the next one begins."""
+        """The session ended: nothing runs until the next one begins, and a batch running
+        now stops sending (a prober with a ``cancel`` event, as the socket prober has)."""
         with self._lock:
             self._terms = None
             self._bucket = None
+            cancel = getattr(self._prober, "cancel", None)
+        if isinstance(cancel, threading.Event):
+            cancel.set()
 
     def _prober_now(self) -> Prober:
         if self._prober is None:
