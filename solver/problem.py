@@ -136,6 +136,10 @@ class Problem:
         """Per pair: the least, over its candidates, of the largest scale along the path."""
         if not self.num_pairs:
             return np.zeros(0)
+        inner = self.scale[self.inner]
+        if inner.size and inner.min() == inner.max() and np.all(self.num_candidates() > 0):
+            # One link speed: every path peaks at that scale (no pass over a 3-tier table).
+            return np.full(self.num_pairs, float(inner[0]))
         peak = self.scale[self.table].max(axis=1)
         return np.minimum.reduceat(peak, self.offset[:-1])
 
