@@ -26,10 +26,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topology.index import FabricIndex, IntArray
+from topology.index import BoolArray, FabricIndex, IntArray
 from topology.model import Fabric
 
 __all__ = ["Candidates", "filtered_table", "pair_candidates", "same_wiring"]
+
+
+_FEW_LOST = 8
+"""Up to this many lost resources, rows are filtered by comparing with each of them."""
 
 
 def same_wiring(a: Fabric, b: Fabric) -> bool:
@@ -64,6 +68,10 @@ class Candidates:
         old, new = self.fabric.index, fabric.index
         inner = (new.res_src < new.num_switches) & (new.res_dst < new.num_switches)
         return not np.any(inner & new.res_usable & ~old.res_usable)
+
+    @property
+    def num_pairs(self) -> int:
+        return len(self.pair_leaves)
 
     def rows(self) -> dict[tuple[int, int], IntArray]:
         return {
@@ -100,15 +108,26 @@ def filtered_table(
     if not np.array_equal(old_codes[which], codes):
         return None
     old_counts = np.diff(reuse.offset)
-    usable = np.append(index.res_usable, True)
     counts = old_counts[which]
-    first = np.cumsum(counts) - counts
-    rows = np.arange(int(counts.sum())) + np.repeat(reuse.offset[which] - first, counts)
-    ok = usable[reuse.table[rows]].all(axis=1)
+    same = len(which) == reuse.num_pairs and np.array_equal(which, np.arange(len(which)))
+    if same:  # the same pairs in the same order (a re-plan of the same flows): no gather
+        rows = np.arange(len(reuse.table))
+        old_rows = reuse.table
+    else:
+        first = np.cumsum(counts) - counts
+        rows = np.arange(int(counts.sum())) + np.repeat(reuse.offset[which] - first, counts)
+        old_rows = reuse.table[rows]
+    lost = np.flatnonzero(reuse.fabric.index.res_usable & ~index.res_usable)
+    if len(lost) <= _FEW_LOST:  # a link or two: compare with each rather than look up all
+        ok: BoolArray = np.ones(len(rows), dtype=bool)
+        for r in lost.tolist():
+            ok &= ~np.asarray((old_rows == r).any(axis=1))
+    else:
+        ok = np.asarray(np.append(index.res_usable, True)[old_rows].all(axis=1))
     kept = np.bincount(np.repeat(np.arange(len(keys)), counts)[ok], minlength=len(keys))
     if np.any(kept == 0):
         return None
-    return kept, reuse.hops[which], reuse.table[rows[ok]]
+    return kept, reuse.hops[which], old_rows[ok]
 
 
 def _filtered_candidates(
