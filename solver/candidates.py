@@ -26,14 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topology.index import BoolArray, FabricIndex, IntArray
+from topology.index import FabricIndex, IntArray
 from topology.model import Fabric
 
 __all__ = ["Candidates", "filtered_table", "pair_candidates", "same_wiring"]
-
-
-_FEW_LOST = 8
-"""Up to this many lost resources, rows are filtered by comparing with each of them."""
 
 
 def same_wiring(a: Fabric, b: Fabric) -> bool:
@@ -110,20 +106,13 @@ def filtered_table(
     old_counts = np.diff(reuse.offset)
     counts = old_counts[which]
     same = len(which) == reuse.num_pairs and np.array_equal(which, np.arange(len(which)))
-    if same:  # the same pairs in the same order (a re-plan of the same flows): no gather
-        rows = np.arange(len(reuse.table))
+    if same:  # the same pairs in the same order (a re-plan of the same flows): no copy
         old_rows = reuse.table
     else:
         first = np.cumsum(counts) - counts
         rows = np.arange(int(counts.sum())) + np.repeat(reuse.offset[which] - first, counts)
         old_rows = reuse.table[rows]
-    lost = np.flatnonzero(reuse.fabric.index.res_usable & ~index.res_usable)
-    if len(lost) <= _FEW_LOST:  # a link or two: compare with each rather than look up all
-        ok: BoolArray = np.ones(len(rows), dtype=bool)
-        for r in lost.tolist():
-            ok &= ~np.asarray((old_rows == r).any(axis=1))
-    else:
-        ok = np.asarray(np.append(index.res_usable, True)[old_rows].all(axis=1))
+    ok = np.append(index.res_usable, True)[old_rows].all(axis=1)
     kept = np.bincount(np.repeat(np.arange(len(keys)), counts)[ok], minlength=len(keys))
     if np.any(kept == 0):
         return None
