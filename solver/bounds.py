@@ -16,9 +16,10 @@ resource of ``R`` one scale ``σ``, loads are multiples of ``w`` and the bound i
 ``w * ceil(n / |R|) * σ``: the 2-tier bound ``ceil(Δ / S)`` is this family at a leaf. Pairs with a
 single candidate (after failures) add their forced load, and no plan beats the heaviest flow
 alone on its least-scaled candidate (what makes a few large flows' bounds tight). Cost: one
-``np.unique`` over the candidate table, for every component at once. Where all utilizations of a
-component are multiples of one ``unit`` (one scale, weights with a common divisor), every bound
-is rounded up to a multiple of it: 7.5 becomes 8 when loads are integers.
+pass over the candidate table (a bitmap of families x resources), for every component at
+once. Where all utilizations of a component are multiples of one ``unit`` (one scale, weights
+with a common divisor), every bound is rounded up to a multiple of it: 7.5 becomes 8 when
+loads are integers.
 
 **LP relaxation** (GLOP): each pair splits its weight over its candidates fractionally; minimize
 ``z`` with every resource's scaled load ``<= z``. Its optimum is a lower bound (fractional plans
@@ -78,6 +79,35 @@ def _pair_weights(problem: Problem) -> tuple[FloatArray, ...]:
     return total, count, low, high
 
 
+_BITMAP_MAX = 1 << 26
+"""Largest family x resource grid marked as a bitmap (64 MiB); above it, sorting is used."""
+
+
+def _spans(starts: IntArray, counts: IntArray) -> IntArray:
+    """``starts[i], ..., starts[i] + counts[i] - 1`` for every ``i``, concatenated."""
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    first = np.cumsum(counts) - counts
+    spans: IntArray = np.arange(total, dtype=np.int64) + np.repeat(starts - first, counts)
+    return spans
+
+
+def _distinct(fam: IntArray, res: IntArray, nfam: int, width: int) -> tuple[IntArray, IntArray]:
+    """The distinct ``(fam, res)`` pairs, sorted. Why a bitmap: a 3-tier candidate table holds
+    millions of entries but only thousands of families, so marking a families x resources grid
+    is linear where ``np.unique`` sorts the whole table (the bulk of a 3-tier re-plan)."""
+    codes = fam * width + res
+    if nfam * width > _BITMAP_MAX:
+        used = np.unique(codes)
+    else:
+        seen = np.zeros(nfam * width, dtype=bool)
+        seen[codes] = True
+        used = np.flatnonzero(seen)
+    rfam, rres = np.divmod(used, width)
+    return rfam, rres
+
+
 def combinatorial_bounds(problem: Problem) -> FloatArray:
     """The bound of the module docstring for every component at once (one value each)."""
     out = np.zeros(problem.num_components)
@@ -95,9 +125,7 @@ def combinatorial_bounds(problem: Problem) -> FloatArray:
     sizes: list[IntArray] = []
     for h in np.unique(hops).tolist():
         sel = np.flatnonzero(hops == h)
-        rows = np.concatenate(
-            [np.arange(s, s + c) for s, c in zip(problem.offset[sel], counts[sel], strict=True)]
-        )
+        rows = _spans(problem.offset[sel], counts[sel])
         for j in range(h):
             climbing = j < h / 2
             dist = j if climbing else h - 1 - j
@@ -123,8 +151,7 @@ def combinatorial_bounds(problem: Problem) -> FloatArray:
     np.minimum.at(wlow, mfam, low[mpair])
     np.maximum.at(whigh, mfam, high[mpair])
     # Resources of a family: each once.
-    used = np.unique(fam * (problem.pad + 1) + res)
-    rfam, rres = np.divmod(used, problem.pad + 1)
+    rfam, rres = _distinct(fam, res, nfam, problem.pad + 1)
     sigma = problem.scale[rres]
     room = np.bincount(rfam, weights=1.0 / sigma, minlength=nfam)
     size = np.bincount(rfam, minlength=nfam)

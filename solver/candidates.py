@@ -65,6 +65,10 @@ class Candidates:
         inner = (new.res_src < new.num_switches) & (new.res_dst < new.num_switches)
         return not np.any(inner & new.res_usable & ~old.res_usable)
 
+    @property
+    def num_pairs(self) -> int:
+        return len(self.pair_leaves)
+
     def rows(self) -> dict[tuple[int, int], IntArray]:
         return {
             (int(u), int(v)): self.table[self.offset[p] : self.offset[p + 1], : self.hops[p]]
@@ -100,15 +104,19 @@ def filtered_table(
     if not np.array_equal(old_codes[which], codes):
         return None
     old_counts = np.diff(reuse.offset)
-    usable = np.append(index.res_usable, True)
     counts = old_counts[which]
-    first = np.cumsum(counts) - counts
-    rows = np.arange(int(counts.sum())) + np.repeat(reuse.offset[which] - first, counts)
-    ok = usable[reuse.table[rows]].all(axis=1)
+    same = len(which) == reuse.num_pairs and np.array_equal(which, np.arange(len(which)))
+    if same:  # the same pairs in the same order (a re-plan of the same flows): no copy
+        old_rows = reuse.table
+    else:
+        first = np.cumsum(counts) - counts
+        rows = np.arange(int(counts.sum())) + np.repeat(reuse.offset[which] - first, counts)
+        old_rows = reuse.table[rows]
+    ok = np.append(index.res_usable, True)[old_rows].all(axis=1)
     kept = np.bincount(np.repeat(np.arange(len(keys)), counts)[ok], minlength=len(keys))
     if np.any(kept == 0):
         return None
-    return kept, reuse.hops[which], reuse.table[rows[ok]]
+    return kept, reuse.hops[which], old_rows[ok]
 
 
 def _filtered_candidates(

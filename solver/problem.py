@@ -136,6 +136,10 @@ class Problem:
         """Per pair: the least, over its candidates, of the largest scale along the path."""
         if not self.num_pairs:
             return np.zeros(0)
+        inner = self.scale[self.inner]
+        if inner.size and inner.min() == inner.max() and np.all(self.num_candidates() > 0):
+            # One link speed: every path peaks at that scale (no pass over a 3-tier table).
+            return np.full(self.num_pairs, float(inner[0]))
         peak = self.scale[self.table].max(axis=1)
         return np.minimum.reduceat(peak, self.offset[:-1])
 
@@ -226,12 +230,18 @@ class Problem:
 
     @cached_property
     def _entries(self) -> tuple[IntArray, IntArray]:
-        """Every (resource, pair) of the table, pad excluded."""
+        """Every (resource, pair) of the table, pad excluded; an entry equal to the one above
+        it in the same pair is left out (a 3-tier pair's rows repeat their first and last hops
+        in runs: about half the entries, the same pair-resource graph)."""
         row_pair = np.repeat(np.arange(self.num_pairs), self.num_candidates())
-        res = self.table.ravel()
-        owner = np.repeat(row_pair, self.table.shape[1])
-        real = res != self.pad
-        return res[real], owner[real]
+        table = self.table
+        keep = table != self.pad
+        if len(table) > 1:
+            same_pair = np.zeros(len(table), dtype=bool)
+            same_pair[1:] = row_pair[1:] == row_pair[:-1]
+            keep[1:] &= ~(same_pair[1:, None] & (table[1:] == table[:-1]))
+        rows, cols = np.nonzero(keep)
+        return table[rows, cols], row_pair[rows]
 
     @property
     def num_components(self) -> int:

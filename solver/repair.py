@@ -121,10 +121,17 @@ class _State:
             self.now[placed] = problem.table[problem.rows(flows[placed], choice[placed])]
             self.load = problem.loads(flows[placed], choice[placed])
         self.load[problem.pad] = 0.0
+        self.users: dict[int, set[int]] = {}
+        """Flows on a resource, for the resources asked about so far (kept by add/remove):
+        the few blocking resources are asked about thousands of times in a 3-tier repair."""
 
     def on(self, r: int) -> list[int]:
         """Positions of the flows whose current path crosses resource ``r``."""
-        return np.flatnonzero((self.now == r).any(axis=1)).tolist()
+        users = self.users.get(r)
+        if users is None:
+            users = set(np.flatnonzero((self.now == r).any(axis=1)).tolist())
+            self.users[r] = users
+        return sorted(users)
 
     def row(self, i: int, k: int) -> IntArray:
         p = self.problem
@@ -142,6 +149,11 @@ class _State:
         self.load[row] -= self.weight[i]
         self.load[self.problem.pad] = 0.0
         self.now[i] = self.problem.pad
+        if self.users:
+            for r in row.tolist():
+                users = self.users.get(r)
+                if users is not None:
+                    users.discard(i)
         self.choice[i] = -1
 
     def add(self, i: int, k: int) -> None:
@@ -149,6 +161,11 @@ class _State:
         self.load[row] += self.weight[i]
         self.load[self.problem.pad] = 0.0
         self.now[i] = row
+        if self.users:
+            for r in row.tolist():
+                users = self.users.get(r)
+                if users is not None:
+                    users.add(i)
         self.choice[i] = k
 
     def utils(self, i: int) -> FloatArray:
