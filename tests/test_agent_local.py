@@ -424,6 +424,39 @@ def test_the_agent_process_does_not_load_the_planner(tmp_path: Path) -> None:
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
 
 
+def test_a_second_agent_never_takes_a_live_agents_socket(tmp_path: Path) -> None:
+    """Something serves on the socket path (a first agent): a second agent refuses to start
+    with one line and exit 2, and the socket still answers; a stale socket file is replaced."""
+    import socket
+    import subprocess
+
+    from libc4p_cases import AGENT
+
+    config, _ = agent_config(tmp_path, "h0", "127.0.0.1:1")
+    doc = yaml.safe_load(config.read_text())
+    path = tmp_path / "live.sock"
+    doc["bindings"]["socket"]["path"] = str(path)
+    config.write_text(yaml.safe_dump(doc))
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        live.bind(str(path))
+        live.listen(4)
+        done = subprocess.run(
+            [*AGENT, "-c", str(config)], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 2, done.stderr
+        assert "another process is serving on it" in done.stderr
+        assert "Traceback" not in done.stderr
+        assert path.is_socket()
+        still = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            still.connect(str(path))  # the first one's socket was left alone
+        finally:
+            still.close()
+    finally:
+        live.close()
+
+
 def test_a_socket_that_cannot_be_made_is_a_clear_exit_2(tmp_path: Path) -> None:
     """The socket's directory is a file: the agent stops at start with one line, exit 2."""
     import subprocess

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import socket
 import struct
+from pathlib import Path
 
 from c4p.agent.config import AgentConfig
 from c4p.agent.jobs import JobBook, JobView
@@ -70,6 +72,19 @@ async def read_message(reader: asyncio.StreamReader) -> Message:
     return decode(header, payload)
 
 
+def _answers(path: Path) -> bool:
+    """Whether a process accepts connections on the Unix socket at ``path`` (a live agent)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
 class LocalServer:
     """Serves the ranks of this host (see the module docstring)."""
 
@@ -87,7 +102,13 @@ class LocalServer:
         cfg = self.config.socket
         cfg.path.parent.mkdir(parents=True, exist_ok=True)
         if cfg.path.is_socket():
-            cfg.path.unlink()  # a stale socket of a previous run
+            if _answers(cfg.path):  # another agent serves there: never take its socket away
+                raise OSError(
+                    errno.EADDRINUSE,
+                    f"socket.path {cfg.path}: another process is serving on it "
+                    "(a second agent on this host?)",
+                )
+            cfg.path.unlink()  # a stale socket of a previous run: nobody answers on it
         old = os.umask(0o177)  # no window in which the socket is more open than configured
         try:
             self.server = await asyncio.start_unix_server(self._session, path=str(cfg.path))
@@ -97,10 +118,11 @@ class LocalServer:
         os.chmod(cfg.path, int(cfg.mode, 8))
 
     async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.server.wait_closed(), 2)
+        if self.server is None:  # never listened: the path (if any) is not ours to remove
+            return
+        self.server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.server.wait_closed(), 2)
         self.config.socket.path.unlink(missing_ok=True)
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
