@@ -17,8 +17,10 @@ resource of ``R`` one scale ``σ``, loads are multiples of ``w`` and the bound i
 single candidate (after failures) add their forced load, and no plan beats the heaviest flow
 alone on its least-scaled candidate (what makes a few large flows' bounds tight). Cost: one
 pass over the candidate table (a bitmap of families x resources), for every component at
-once. Where all utilizations of a component are multiples of one ``unit`` (one scale, weights
-with a common divisor), every bound is rounded up to a multiple of it: 7.5 becomes 8 when
+once; on a lazy fat-tree table (:mod:`solver.treecandidates`) a pass over pairs and agg
+positions instead, the core hops read once per pod pair and set of usable aggs. Where all
+utilizations of a component are multiples of one ``unit`` (one scale, weights with a common
+divisor), every bound is rounded up to a multiple of it: 7.5 becomes 8 when
 loads are integers.
 
 **LP relaxation** (GLOP): each pair splits its weight over its candidates fractionally; minimize
@@ -121,25 +123,34 @@ def combinatorial_bounds(problem: Problem) -> FloatArray:
     nodes = problem.index.num_nodes + len(problem.fabric.switches) + 1
     pair_codes: list[IntArray] = []  # family of each (pair, hop position)
     pair_ids: list[IntArray] = []
-    resources: list[IntArray] = []  # the resources of every candidate at that position
-    sizes: list[IntArray] = []
+    resources: list[IntArray] = []  # the resources the candidates cross at that position
+    entry_pos: list[IntArray] = []  # and the (pair, position) each is of
+    at = 0
+    tree = problem.tree
     for h in np.unique(hops).tolist():
         sel = np.flatnonzero(hops == h)
-        rows = _spans(problem.offset[sel], counts[sel])
+        rows = _spans(problem.offset[sel], counts[sel]) if tree is None else sel
         for j in range(h):
             climbing = j < h / 2
             dist = j if climbing else h - 1 - j
             leaf = leaves[sel, 0 if climbing else 1]
             key = leaf if dist == 0 else _pod_or_leaf(problem, leaf)
-            pair_codes.append(((int(climbing) * 64 + dist) * nodes + key) * len(out) + label[sel])
+            code = ((int(climbing) * 64 + dist) * nodes + key) * len(out) + label[sel]
+            pair_codes.append(code)
             pair_ids.append(sel)
-            resources.append(problem.table[rows, j])
-            sizes.append(counts[sel])
+            if tree is None:
+                resources.append(problem.table[rows, j])
+                entry_pos.append(np.repeat(np.arange(at, at + len(sel)), counts[sel]))
+            else:
+                who, res_j = tree.hop_entries(sel, j, code)
+                resources.append(res_j)
+                entry_pos.append(at + np.searchsorted(sel, who))
+            at += len(sel)
     # Families are numbered at the pair level (small), then spread over candidate entries.
     fam_keys, pair_fam = np.unique(np.concatenate(pair_codes), return_inverse=True)
     pair_fam = pair_fam.ravel()
     owner = np.concatenate(pair_ids)
-    fam = np.repeat(pair_fam, np.concatenate(sizes))
+    fam = pair_fam[np.concatenate(entry_pos)]
     res = np.concatenate(resources)
     nfam = len(fam_keys)
     # Weight of a family: each member pair once.
@@ -242,13 +253,12 @@ def lp_bound(
     solver.SetTimeLimit(max(1, int(time_limit * 1000)))
     z = solver.NumVar(0.0, solver.infinity(), "z")
     by_resource: dict[int, pywraplp.Constraint] = {}
-    starts = problem.offset[pairs].tolist()
-    for p, (start, n) in enumerate(zip(starts, counts.tolist(), strict=True)):
+    for p, pair in enumerate(pairs.tolist()):
         demand = solver.Constraint(float(total[p]), float(total[p]))
-        for k in range(n):
+        for path in problem.candidates(pair)[:, : problem.hops[pair]].tolist():
             x = solver.NumVar(0.0, solver.infinity(), "")
             demand.SetCoefficient(x, 1.0)
-            for r in problem.table[start + k, : problem.hops[pairs[p]]].tolist():
+            for r in path:
                 row = by_resource.get(r)
                 if row is None:
                     row = solver.Constraint(-solver.infinity(), 0.0)

@@ -56,7 +56,9 @@ def match_middles(problem: Problem, flows: IntArray, middles: IntArray) -> IntAr
     result = np.full(len(flows), -1, dtype=np.int64)
     if not len(flows) or not problem.num_pairs:
         return result
-    width = problem.table.shape[1]
+    if problem.tree is not None:  # a fat-tree's lazy table: (j, g) by the structure
+        return problem.tree.match(problem.pair[flows], middles)
+    width = problem.width
     if middles.shape[1] < width:
         pad = np.full((len(flows), width - middles.shape[1]), problem.pad, dtype=np.int64)
         middles = np.hstack([middles, pad])
@@ -96,7 +98,7 @@ def match_previous(
     translate = not same_wiring(fabric, problem.fabric)
     old_index, new_index = fabric.index, problem.index
     pad = problem.pad
-    width = max(problem.table.shape[1], 1)
+    width = max(problem.width, 1)
     cross: list[int] = []
     middles: list[list[int]] = []
     for i, (flow, fid) in enumerate(zip(problem.flows, problem.ids, strict=True)):
@@ -141,7 +143,7 @@ def _match_aligned(problem: Problem, paths: Sequence[Sequence[int]]) -> Previous
     choice = np.full(n, -1, dtype=np.int64)
     same = ok & (problem.pair == SAME_LEAF)
     choice[same & (lengths == 2)] = 0
-    width = max(problem.table.shape[1], 1)
+    width = max(problem.width, 1)
     cross = np.flatnonzero(ok & (problem.pair >= 0) & (lengths - 2 <= width))
     if cross.size:
         cols = np.arange(width)

@@ -349,11 +349,15 @@ class _Planner:
             spine = assign_spines(leaves[:, 0], leaves[:, 1], len(spines))
             return rows[np.searchsorted(c.pairs, problem.pair[c.flows]), spine]
         if self._intact_shape is None:
-            self._intact_shape = fattree.analyse(problem.fabric, ignore_status=True)
+            self._intact_shape = (
+                problem.tree.layout.shape
+                if problem.tree is not None
+                else fattree.analyse(problem.fabric, ignore_status=True)
+            )
         if isinstance(self._intact_shape, str):
             return None
         result = fattree.assign_fat_tree(self._intact_shape, leaves[:, 0], leaves[:, 1])
-        middles = np.full((len(c.flows), problem.table.shape[1]), problem.pad, dtype=np.int64)
+        middles = np.full((len(c.flows), problem.width), problem.pad, dtype=np.int64)
         for i, path in enumerate(result.paths):
             middles[i, : len(path)] = path
         return match_middles(problem, c.flows, middles)
@@ -377,8 +381,12 @@ class _Planner:
         weights = problem.weight[c.flows]
         if problem.two_tier or not len(c.flows) or np.any(weights != weights[0]):
             return None
-        if self._shape is None:
-            self._shape = fattree.analyse(problem.fabric)
+        if self._shape is None:  # a lazy table's layout has the shape: no pass over links
+            self._shape = (
+                problem.tree.layout.intact_status(problem.fabric)
+                if problem.tree is not None
+                else fattree.analyse(problem.fabric)
+            )
         if isinstance(self._shape, str):
             return None
         leaves = problem.pair_leaves[problem.pair[c.flows]]
@@ -388,14 +396,14 @@ class _Planner:
             previous = [
                 tuple(r[: problem.hops[p]]) if k >= 0 else ()
                 for r, p, k in zip(
-                    problem.table[rows].tolist(),
+                    problem.row_paths(rows).tolist(),
                     problem.pair[c.flows].tolist(),
                     prior.tolist(),
                     strict=True,
                 )
             ]
         result = fattree.assign_fat_tree(self._shape, leaves[:, 0], leaves[:, 1], previous)
-        middles = np.full((len(c.flows), problem.table.shape[1]), problem.pad, dtype=np.int64)
+        middles = np.full((len(c.flows), problem.width), problem.pad, dtype=np.int64)
         for i, path in enumerate(result.paths):
             middles[i, : len(path)] = path
         choice = match_middles(problem, c.flows, middles)
@@ -489,7 +497,7 @@ def _ecmp(problem: Problem, seed: int) -> tuple[tuple[tuple[int, ...], ...], Int
     paths = ecmp_paths(problem.fabric, problem.flows, seed).paths
     choice = np.where(problem.pair == SAME_LEAF, 0, -1).astype(np.int64)
     cross = problem.cross
-    middles = np.full((len(cross), max(problem.table.shape[1], 1)), problem.pad, dtype=np.int64)
+    middles = np.full((len(cross), max(problem.width, 1)), problem.pad, dtype=np.int64)
     for i, f in enumerate(cross.tolist()):
         middle = paths[f][1:-1]
         middles[i, : len(middle)] = middle

@@ -10,7 +10,12 @@ fixed by the endpoints and carried aside; same-leaf flows have exactly one path 
 switch-to-switch link; flows without any path (a NIC link down, a pair cut off) are marked.
 
 Candidates come from :mod:`solver.candidates` (routing's equal-cost paths, enumerated once per
-pair, or filtered from the previous snapshot's table when only links went away).
+pair, or filtered from the previous snapshot's table when only links went away) — except on a
+3-tier fat-tree, where :mod:`solver.treecandidates` computes them on demand from the structure
+and the table is never built: consumers read rows through :meth:`Problem.row_paths` and
+:meth:`Problem.candidates`, and the whole-table questions (component labels, the bounds'
+families, matching a previous path) have structural answers there. Row ``offset[p] + k`` is
+candidate ``k`` of pair ``p`` either way, in routing's order.
 
 Utilization is :mod:`solver.evaluate`'s: ``load * reference / capacity`` on switch-to-switch
 resources, the reference being the most common NIC speed, where a flow's load is its *weight*
@@ -29,6 +34,7 @@ from solver.candidates import Candidates, filtered_table, pair_candidates
 from solver.errors import PlanError
 from solver.evaluate import reference_line_rate, switch_resources
 from solver.flows import Flow
+from solver.treecandidates import TreeCandidates, TreeLayout
 from topology.index import BoolArray, FabricIndex, FloatArray, IntArray
 from topology.model import Fabric
 
@@ -66,7 +72,9 @@ class Problem:
     """Flows, their candidate paths and the fabric's capacities, as arrays (see module doc).
 
     ``table[offset[p] + k, :hops[p]]`` is candidate ``k`` of pair ``p`` (switch resources);
-    unused columns hold the pad resource ``index.num_resources``, whose scale is 0.
+    unused columns hold the pad resource ``index.num_resources``, whose scale is 0. The table
+    is ``dense`` (enumerated) or computed on demand by ``tree``; :attr:`table` builds the whole
+    of a lazy one, which hot paths never ask for (they use :meth:`row_paths`).
     """
 
     fabric: Fabric
@@ -78,7 +86,8 @@ class Problem:
     pair: IntArray
     pair_leaves: IntArray
     offset: IntArray
-    table: IntArray
+    dense: IntArray | None
+    tree: TreeCandidates | None
     hops: IntArray
     scale: FloatArray
     reference: float
@@ -101,15 +110,44 @@ class Problem:
     def pad(self) -> int:
         return self.fabric.index.num_resources
 
+    @cached_property
+    def table(self) -> IntArray:
+        """Every candidate row (built in full for a lazy table: small cases and tests only)."""
+        if self.dense is not None:
+            return self.dense
+        assert self.tree is not None
+        return self.tree.table()
+
+    @property
+    def width(self) -> int:
+        """Columns of a row: the most hops of any pair."""
+        if self.dense is not None:
+            return int(self.dense.shape[1])
+        assert self.tree is not None
+        return self.tree.width
+
+    def row_paths(self, rows: IntArray) -> IntArray:
+        """The table's rows ``rows`` (``width`` wide), without building a lazy table."""
+        if self.dense is not None:
+            return self.dense[rows]
+        assert self.tree is not None
+        return self.tree.rows(rows)
+
     def candidates(self, pair: int) -> IntArray:
-        return self.table[self.offset[pair] : self.offset[pair + 1]]
+        if self.dense is not None:
+            return self.dense[self.offset[pair] : self.offset[pair + 1]]
+        assert self.tree is not None
+        return self.tree.pair(pair)
 
     def num_candidates(self, pairs: IntArray | None = None) -> IntArray:
         counts = np.diff(self.offset)
         return counts if pairs is None else counts[pairs]
 
     @property
-    def candidate_table(self) -> Candidates:
+    def candidate_table(self) -> Candidates | TreeLayout:
+        """What the next re-plan may reuse: the enumerated table, or a fat-tree's layout."""
+        if self.tree is not None:
+            return self.tree.layout
         return Candidates(self.fabric, self.pair_leaves, self.offset, self.table, self.hops)
 
     @cached_property
@@ -124,7 +162,7 @@ class Problem:
         Finds which candidate a given switch path is (see :mod:`solver.incremental`).
         """
         base = self.pad + 1
-        table = self.table
+        table = self.table  # only asked of dense tables (a tree matches by structure)
         second = table[:, 1] if table.shape[1] > 1 else np.full(len(table), self.pad)
         row_pair = np.repeat(np.arange(self.num_pairs), self.num_candidates())
         keys = (row_pair * base + table[:, 0]) * base + second
@@ -140,7 +178,7 @@ class Problem:
         if inner.size and inner.min() == inner.max() and np.all(self.num_candidates() > 0):
             # One link speed: every path peaks at that scale (no pass over a 3-tier table).
             return np.full(self.num_pairs, float(inner[0]))
-        peak = self.scale[self.table].max(axis=1)
+        peak = self.scale[self.table].max(axis=1)  # several speeds: never a fat-tree
         return np.minimum.reduceat(peak, self.offset[:-1])
 
     # -- loads and objective -------------------------------------------------------------------
@@ -151,7 +189,7 @@ class Problem:
 
     def loads(self, flows: IntArray, choice: IntArray) -> FloatArray:
         """Load per resource (plus the pad) of ``flows`` on their chosen candidates."""
-        rows = self.table[self.rows(flows, choice)]
+        rows = self.row_paths(self.rows(flows, choice))
         weights = np.repeat(self.weight[flows], rows.shape[1])
         return np.bincount(rows.ravel(), weights=weights, minlength=self.pad + 1).astype(np.float64)
 
@@ -178,7 +216,8 @@ class Problem:
     # -- paths -------------------------------------------------------------------------------
 
     def paths(self, choice: IntArray) -> tuple[tuple[int, ...], ...]:
-        """Whole paths (NIC links included) for a choice per flow (``-1`` where not cross)."""
+        """Whole paths (NIC links included) for a choice per flow (``-1`` where not cross;
+        a cross-leaf flow with ``-1`` gets ``()``)."""
         out: list[tuple[int, ...]] = [()] * self.num_flows
         same = np.flatnonzero(self.pair == SAME_LEAF)
         for f, up, down in zip(
@@ -186,15 +225,16 @@ class Problem:
         ):
             out[f] = (up, down)
         cross = self.cross
+        cross = cross[choice[cross] >= 0]  # a flow left without a choice gets no path
         if cross.size:
-            rows = self.rows(cross, choice[cross])
+            rows = self.row_paths(self.rows(cross, choice[cross]))
             hops = self.hops[self.pair[cross]]
             for length in np.unique(hops).tolist():
                 sel = hops == length
                 body = np.column_stack(
                     [
                         self.nic_up[cross[sel]],
-                        self.table[rows[sel], :length],
+                        rows[sel, :length],
                         self.nic_down[cross[sel]],
                     ]
                 )
@@ -215,18 +255,34 @@ class Problem:
         n = self.num_pairs
         if n == 0:
             return np.zeros(0, dtype=np.int64)
-        res, owner = self._entries
-        label = np.arange(n)
-        while True:  # label propagation over the pair-resource graph; Clos diameters are small
-            by_res = np.full(self.pad, n, dtype=np.int64)
+        label = self._owner_label
+        return np.unique(label[:n], return_inverse=True)[1].ravel()
+
+    @cached_property
+    def _owner_label(self) -> IntArray:
+        """Label propagation over the pair-resource graph (Clos diameters are small): each
+        owner of :attr:`_graph` gets the least owner it is joined to."""
+        res, owner, owners, nodes = self._graph
+        label = np.arange(owners)
+        while True:
+            by_res = np.full(nodes, owners, dtype=np.int64)
             np.minimum.at(by_res, res, label[owner])
             new = label.copy()
             np.minimum.at(new, owner, by_res[res])
             new = new[new]
             if np.array_equal(new, label):
-                break
+                return label
             label = new
-        return np.unique(label, return_inverse=True)[1].ravel()
+
+    @cached_property
+    def _graph(self) -> tuple[IntArray, IntArray, int, int]:
+        """Entries ``(node, owner)``, the number of owners and of nodes: for a dense table the
+        pairs and their resources; for a tree its compressed graph (the same components)."""
+        if self.tree is not None:
+            res, owner, owners = self.tree.graph()
+            return res, owner, owners, self.tree.num_nodes
+        res, owner = self._entries
+        return res, owner, self.num_pairs, self.pad
 
     @cached_property
     def _entries(self) -> tuple[IntArray, IntArray]:
@@ -251,8 +307,14 @@ class Problem:
     def resource_label(self) -> IntArray:
         """Component of each resource (and the pad): ``-1`` where no candidate goes."""
         out = np.full(self.pad + 1, -1, dtype=np.int64)
-        res, owner = self._entries
-        out[res] = self.label[owner]
+        if not self.num_pairs:
+            return out
+        res, owner, _, _ = self._graph
+        real = res < self.pad
+        first = np.unique(self._owner_label[: self.num_pairs], return_inverse=True)
+        dense = np.full(len(self._owner_label), -1, dtype=np.int64)
+        dense[first[0]] = np.arange(len(first[0]))
+        out[res[real]] = dense[self._owner_label[owner[real]]]
         return out
 
     def _split(self, items: IntArray, labels: IntArray) -> list[IntArray]:
@@ -288,11 +350,15 @@ def build_problem(
     fabric: Fabric,
     flows: Sequence[Flow],
     weight: FloatArray,
-    reuse: Candidates | None = None,
+    reuse: Candidates | TreeLayout | None = None,
+    *,
+    lazy: bool = True,
 ) -> Problem:
     """Compile flows on a snapshot; raises :class:`PlanError` for unknown or repeated flows.
 
-    ``reuse`` is an earlier snapshot's table, used where :meth:`Candidates.reusable_on` allows.
+    ``reuse`` is an earlier snapshot's table, used where :meth:`Candidates.reusable_on` allows,
+    or a fat-tree layout (its cabling analysed once). ``lazy=False`` enumerates a fat-tree's
+    candidates as any fabric's (the tests compare the two).
     """
     index = fabric.index
     n = len(flows)
@@ -329,8 +395,24 @@ def build_problem(
     codes, inverse = np.unique(src_leaf[cross] * stride + dst_leaf[cross], return_inverse=True)
     keys = np.column_stack(np.divmod(codes, stride)).reshape(-1, 2).astype(np.int64)
     two_tier = bool(np.all(np.isin(index.tier[: index.num_switches], (1, 2))))
-    fast = filtered_table(index, keys, reuse)
-    if fast is not None:
+    tree: TreeCandidates | None = None
+    table: IntArray | None = None
+    layout = None
+    if lazy and not two_tier:
+        if isinstance(reuse, TreeLayout) and reuse.reusable_on(fabric):
+            layout = reuse
+        else:
+            found = TreeLayout.of(fabric)
+            layout = found if isinstance(found, TreeLayout) else None
+    if isinstance(reuse, TreeLayout):
+        reuse = None
+    fast = None if layout is not None else filtered_table(index, keys, reuse)
+    if layout is not None and (lazy_tree := _lazy(layout, index, keys)) is not None:
+        tree, alive = lazy_tree
+        renumber = np.cumsum(alive) - 1
+        pair[cross] = np.where(alive[inverse.ravel()], renumber[inverse.ravel()], UNREACHABLE)
+        offset, hops = tree.offset, tree.hops
+    elif fast is not None:
         counts, hops, table = fast
         pair[cross] = inverse.ravel()
         alive = np.ones(len(keys), dtype=bool)
@@ -354,13 +436,30 @@ def build_problem(
         pair=pair,
         pair_leaves=keys[alive],
         offset=offset,
-        table=table,
+        dense=table,
+        tree=tree,
         hops=hops,
         scale=scale,
         reference=reference,
         inner=switch_resources(fabric),
         two_tier=two_tier,
     )
+
+
+def _lazy(
+    layout: TreeLayout, index: FabricIndex, keys: IntArray
+) -> tuple[TreeCandidates, BoolArray] | None:
+    """The fat-tree's candidates of ``keys`` on demand, and which pairs have any; ``None`` if
+    routing's own enumeration finds a path for a pair the structure leaves without one (it
+    cannot on a fat-tree: see :mod:`solver.treecandidates`; then the table is enumerated)."""
+    tree = TreeCandidates.build(layout, index, keys)
+    alive = tree.counts() > 0
+    if not alive.all():
+        orphans = keys[~alive]
+        if any(len(rows) for rows in pair_candidates(index, orphans, False)):
+            return None
+        tree = tree.subset(alive)
+    return tree, alive
 
 
 def _tabulate(

@@ -75,7 +75,7 @@ def min_moves(problem: Problem, flows: IntArray, prior: IntArray, z: float) -> i
     load: FloatArray = np.zeros(problem.pad + 1)
     extra = 0
     if kept.any():
-        rows = problem.table[problem.rows(flows[kept], prior[kept])]
+        rows = problem.row_paths(problem.rows(flows[kept], prior[kept]))
         w = np.repeat(problem.weight[flows[kept]], rows.shape[1])
         res = rows.ravel()
         load = np.bincount(res, weights=w, minlength=problem.pad + 1).astype(np.float64)
@@ -99,7 +99,7 @@ def min_moves(problem: Problem, flows: IntArray, prior: IntArray, z: float) -> i
         stuck += int(not np.any(util.max(axis=1) <= limit))
     weights = problem.weight[flows]
     if stuck and np.all(weights == weights[0]):  # one unit freed serves one displaced flow
-        hops = int(problem.table.shape[1])
+        hops = problem.width
         extra = max(extra, -(-stuck // max(hops, 1)))
     return len(forced) + extra
 
@@ -115,10 +115,10 @@ class _State:
         self.weight = problem.weight[flows]
         self.pair = problem.pair[flows]
         self.load: FloatArray = np.zeros(problem.pad + 1)
-        self.now = np.full((len(flows), problem.table.shape[1]), problem.pad, dtype=np.int64)
+        self.now = np.full((len(flows), problem.width), problem.pad, dtype=np.int64)
         placed = np.flatnonzero(choice >= 0)
         if placed.size:
-            self.now[placed] = problem.table[problem.rows(flows[placed], choice[placed])]
+            self.now[placed] = problem.row_paths(problem.rows(flows[placed], choice[placed]))
             self.load = problem.loads(flows[placed], choice[placed])
         self.load[problem.pad] = 0.0
         self.users: dict[int, set[int]] = {}
@@ -135,7 +135,7 @@ class _State:
 
     def row(self, i: int, k: int) -> IntArray:
         p = self.problem
-        row: IntArray = p.table[p.offset[self.pair[i]] + k]
+        row: IntArray = p.row_paths(np.array([p.offset[self.pair[i]] + k]))[0]
         return row
 
     def candidates(self, i: int) -> IntArray:

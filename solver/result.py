@@ -23,6 +23,7 @@ from solver.candidates import Candidates
 from solver.flows import Flow
 from solver.plans import PlanFile, plan_from_paths
 from solver.problem import Objective, Problem, build_problem
+from solver.treecandidates import TreeLayout
 from topology.errors import TopologyError
 from topology.index import FloatArray
 from topology.model import Fabric
@@ -85,7 +86,7 @@ class Plan:
     budget: float
     seconds: float
     snapshot: Fabric = field(repr=False)
-    candidates: Candidates | None = field(default=None, repr=False)
+    candidates: Candidates | TreeLayout | None = field(default=None, repr=False)
     min_moves: int | None = None
     """For a re-plan: a lower bound on the flows any plan reaching this plan's max
     utilization per part must move (the sum of the parts'); ``None`` without a previous."""
