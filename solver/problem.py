@@ -44,6 +44,9 @@ SAME_LEAF = -1
 UNREACHABLE = -2
 """``Problem.pair`` of a flow the snapshot cannot deliver (NIC link down, no usable path)."""
 
+PAIR_CACHE = 8192
+"""Pairs whose lazily built candidates a :class:`Problem` keeps (a fat-tree pair: 32 KiB)."""
+
 TOLERANCE = 1e-9
 """Relative tolerance when comparing utilizations (sums of floats)."""
 
@@ -134,10 +137,31 @@ class Problem:
         return self.tree.rows(rows)
 
     def candidates(self, pair: int) -> IntArray:
+        """Every candidate of ``pair`` (``width`` wide); a lazy table's are kept for the pairs
+        asked about, up to :data:`PAIR_CACHE` of them (a repair asks about a few thousand
+        pairs again and again)."""
         if self.dense is not None:
             return self.dense[self.offset[pair] : self.offset[pair + 1]]
         assert self.tree is not None
-        return self.tree.pair(pair)
+        cache = self._pairs
+        rows = cache.get(pair)
+        if rows is None:
+            if len(cache) >= PAIR_CACHE:
+                cache.clear()
+            rows = cache[pair] = self.tree.pair(pair)
+        return rows
+
+    def row(self, pair: int, k: int) -> IntArray:
+        """Candidate ``k`` of ``pair``."""
+        if self.dense is not None:
+            row: IntArray = self.dense[self.offset[pair] + k]
+            return row
+        found: IntArray = self.candidates(pair)[k]
+        return found
+
+    @cached_property
+    def _pairs(self) -> dict[int, IntArray]:
+        return {}
 
     def num_candidates(self, pairs: IntArray | None = None) -> IntArray:
         counts = np.diff(self.offset)

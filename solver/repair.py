@@ -135,8 +135,7 @@ class _State:
 
     def row(self, i: int, k: int) -> IntArray:
         p = self.problem
-        row: IntArray = p.row_paths(np.array([p.offset[self.pair[i]] + k]))[0]
-        return row
+        return p.row(int(self.pair[i]), k)
 
     def candidates(self, i: int) -> IntArray:
         return self.problem.candidates(int(self.pair[i]))
