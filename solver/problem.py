@@ -303,8 +303,7 @@ class Problem:
         """Entries ``(node, owner)``, the number of owners and of nodes: for a dense table the
         pairs and their resources; for a tree its compressed graph (the same components)."""
         if self.tree is not None:
-            res, owner, owners = self.tree.graph()
-            return res, owner, owners, self.tree.num_nodes
+            return self.tree.graph()
         res, owner = self._entries
         return res, owner, self.num_pairs, self.pad
 

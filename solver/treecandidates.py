@@ -33,8 +33,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from solver import fattree
 from solver.candidates import same_wiring
@@ -118,6 +120,12 @@ class TreeCandidates:
     """``gnth[q, j, i]``: the ``i``-th usable core of pod pair ``q`` and agg ``j``."""
     grank: IntArray
     """``grank[q, j, g]``: the rank of core ``g`` among the usable ones, ``-1`` if unusable."""
+
+    @property
+    def core_usable(self) -> BoolArray:
+        """``[q, j, g]``: core ``g`` of group ``j`` usable for pod pair ``q``."""
+        usable: BoolArray = self.grank >= 0
+        return usable
 
     @classmethod
     def build(cls, layout: TreeLayout, index: FabricIndex, keys: IntArray) -> TreeCandidates:
@@ -264,73 +272,124 @@ class TreeCandidates:
 
     # -- whole-table questions, answered from the structure ---------------------------------
 
-    def _aggs_used(self) -> BoolArray:
+    @cached_property
+    def _aggs(self) -> BoolArray:
         """``[p, j]``: pair ``p`` has a candidate through agg ``j`` (by agg index, not order)."""
         used = np.zeros(self.count.shape, dtype=bool)
         np.put_along_axis(used, self.jord, self.count > 0, axis=1)
         return used
 
+    def _groups(self, sel: IntArray, ids: IntArray) -> tuple[IntArray, IntArray, BoolArray]:
+        """Pairs of ``sel`` grouped by ``ids`` and their set of usable aggs: each group's first
+        pair, every pair's group, and the groups' agg sets (``[group, j]``)."""
+        used = self._aggs[sel]
+        code: IntArray = _dense(np.asarray(ids).reshape(len(sel), -1)) * (len(sel) + 1)
+        code += _dense(np.packbits(used, axis=1))
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        return sel[first], inverse.ravel(), used[first]
+
+    def _leaf_links(self, reps: IntArray, used: BoolArray, down: bool) -> tuple[IntArray, ...]:
+        """``(group, resource)`` of the leaf links of each group (source uplinks, or
+        destination downlinks with ``down``) through its usable aggs."""
+        shape = self.layout.shape
+        r, j = np.nonzero(used)
+        res = shape.down[self.v[reps[r]], j] if down else shape.up[self.u[reps[r]], j]
+        return r, res
+
     def hop_entries(
         self, sel: IntArray, position: int, code: IntArray
     ) -> tuple[IntArray, IntArray]:
         """``(pair, resource)``: every resource the candidates of pairs ``sel`` (one hop count)
-        cross at ``position``, each pair's once; at the core hops only one pair per family
-        ``code``, pod pair and set of usable aggs (all of them reach the same cores)."""
+        cross at ``position``, for one pair per family ``code`` and set of usable aggs (at the
+        core hops, per pod pair too): all of them reach the same resources there."""
         shape = self.layout.shape
         if not len(sel):
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         last = 3 if self.far[sel[0]] else 1
         if position in (0, last):
-            p, t = np.nonzero(self.count[sel] > 0)
-            j = self.jord[sel[p], t]
-            leaf = shape.up[self.u[sel[p]], j] if position == 0 else shape.down[self.v[sel[p]], j]
-            return sel[p], leaf
-        used = self._aggs_used()[sel]
-        key = np.column_stack([code, self.pp[sel], np.packbits(used, axis=1)])
-        _, first = np.unique(key, axis=0, return_index=True)
-        reps = sel[first]
-        q = self.pp[reps]
-        mask = used[first][:, :, None] & self.core_ok[q]
-        r, j, s = np.nonzero(mask)
-        g = self.layout.gorder[self.pod_pairs[q[r], 0], j, s]
+            reps, _, used = self._groups(sel, code)
+            r, res = self._leaf_links(reps, used, position != 0)
+            return reps[r], res
+        # Per pod pair and agg set the cores are known; a family's are their union.
+        reps, _, used = self._groups(sel, np.column_stack([code, self.pp[sel]]))
+        reach = used[:, :, None] & self.core_usable[self.pp[reps]]
+        families, which = np.unique(code[np.searchsorted(sel, reps)], return_inverse=True)
+        union = np.zeros((len(families), *reach.shape[1:]), dtype=bool)
+        np.logical_or.at(union, which.ravel(), reach)
+        first = reps[np.unique(which.ravel(), return_index=True)[1]]
+        r, j, g = np.nonzero(union)
+        pods = self.pod_pairs[self.pp[first[r]]]
         if position == 1:
-            res = shape.agg_up[self.pod_pairs[q[r], 0], j, g]
-        else:
-            res = shape.agg_down[self.pod_pairs[q[r], 1], j, g]
-        return reps[r], res
+            return first[r], shape.agg_up[pods[:, 0], j, g]
+        return first[r], shape.agg_down[pods[:, 1], j, g]
 
-    def graph(self) -> tuple[IntArray, IntArray, int]:
+    def graph(self) -> tuple[IntArray, IntArray, int, int]:
         """The pair-resource graph of the component labels, compressed: entries ``(node,
-        owner)`` where owners are the pairs then one per used (pod pair, agg), nodes the
-        resources then one per (pod pair, agg); and the number of owners. A pair owns its
-        leaf links and its (pod pair, agg) nodes, such a node owns itself and its core links,
-        so two pairs are joined exactly when their candidates share a resource, transitively."""
+        owner)``, the number of owners and of nodes. Owners are the pairs, then groups of
+        pairs sharing a source leaf (destination leaf, pod pair) and a set of usable aggs,
+        then (pod pair, agg) of cross-pod pairs; nodes are the resources and the pad, then one
+        per group and per (pod pair, agg). A pair owns its three groups' nodes; a leaf group
+        owns its node and its leaf links, a pod-pair group its node and its (pod pair, agg)
+        nodes, and such a node's owner its node and core links. So two pairs are joined
+        exactly when their candidates share a resource, transitively, while the graph has a
+        few entries per pair rather than a few per candidate."""
         shape = self.layout.shape
         n, aggs = self.num_pairs, shape.aggs
-        p, t = np.nonzero(self.count > 0)
-        j = self.jord[p, t]
-        res = [shape.up[self.u[p], j], shape.down[self.v[p], j]]
-        owner = [p, p]
-        far = self.far[p]
-        triple = self.pp[p[far]] * aggs + j[far]
-        res.append(self.pad + 1 + triple)
-        owner.append(p[far])
-        used = np.unique(triple)
-        q, jt = np.divmod(used, aggs)
-        s_idx = np.nonzero(self.core_ok[q, jt])
-        k, s = s_idx
-        qq, jj = q[k], jt[k]
-        g = self.layout.gorder[self.pod_pairs[qq, 0], jj, s]
-        node_owner = n + np.arange(len(used))
-        res += [
-            self.pad + 1 + used,
-            shape.agg_up[self.pod_pairs[qq, 0], jj, g],
-            shape.agg_down[self.pod_pairs[qq, 1], jj, g],
-        ]
-        owner += [node_owner, node_owner[k], node_owner[k]]
-        return np.concatenate(res), np.concatenate(owner), n + len(used)
+        every = np.arange(n)
+        far = np.flatnonzero(self.far)
+        sides = [(every, self.u, False), (every, self.v, True), (far, self.pp[far], None)]
+        res: list[IntArray] = []
+        owner: list[IntArray] = []
+        owners = n
+        nodes = self.pad + 1 + len(self.pod_pairs) * aggs
+        triples: list[IntArray] = []
+        for sel, ids, down in sides:
+            if not len(sel):
+                continue
+            reps, inverse, used = self._groups(sel, ids)
+            group_owner = owners + np.arange(len(reps))
+            group_node = nodes + np.arange(len(reps))
+            owners, nodes = owners + len(reps), nodes + len(reps)
+            res += [group_node[inverse], group_node]
+            owner += [sel, group_owner]
+            if down is None:
+                r, j = np.nonzero(used)
+                triple = self.pp[reps[r]] * aggs + j
+                triples.append(triple)
+                res.append(self.pad + 1 + triple)
+            else:
+                r, link = self._leaf_links(reps, used, down)
+                res.append(link)
+            owner.append(group_owner[r])
+        if triples:
+            used_t = np.unique(np.concatenate(triples))
+            q, jt = np.divmod(used_t, aggs)
+            k, s = np.nonzero(self.core_ok[q, jt])
+            qq, jj = q[k], jt[k]
+            g = self.layout.gorder[self.pod_pairs[qq, 0], jj, s]
+            node_owner = owners + np.arange(len(used_t))
+            owners += len(used_t)
+            res += [
+                self.pad + 1 + used_t,
+                shape.agg_up[self.pod_pairs[qq, 0], jj, g],
+                shape.agg_down[self.pod_pairs[qq, 1], jj, g],
+            ]
+            owner += [node_owner, node_owner[k], node_owner[k]]
+        return np.concatenate(res), np.concatenate(owner), owners, nodes
 
-    @property
-    def num_nodes(self) -> int:
-        """Nodes of :meth:`graph`: resources, the pad, one per (pod pair, agg)."""
-        return self.pad + 1 + len(self.pod_pairs) * self.layout.shape.aggs
+
+def _dense(rows: npt.NDArray[Any]) -> IntArray:
+    """A class number per row of a small-integer matrix, equal exactly for equal rows (one
+    integer sort instead of a sort of rows; rows of at most 8 bytes are read as one integer)."""
+    if rows.shape[1] == 1:
+        return np.unique(rows[:, 0], return_inverse=True)[1].ravel()
+    if rows.dtype == np.uint8 and rows.shape[1] <= 8:
+        wide = np.zeros((len(rows), 8), dtype=np.uint8)
+        wide[:, : rows.shape[1]] = rows
+        return np.unique(wide.view(np.uint64).ravel(), return_inverse=True)[1].ravel()
+    code = np.zeros(len(rows), dtype=np.int64)
+    for column in rows.T:
+        values = np.unique(column, return_inverse=True)[1].ravel()
+        code = np.unique(code * (int(values.max(initial=0)) + 1) + values, return_inverse=True)[1]
+        code = code.ravel()
+    return code
