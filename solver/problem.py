@@ -385,23 +385,12 @@ def build_problem(
     """
     index = fabric.index
     n = len(flows)
-    problems: list[tuple[str, str]] = []
     ids = tuple(f.id for f in flows)
-    seen: set[str] = set()
-    src = np.full(n, -1, dtype=np.int64)
-    dst = np.full(n, -1, dtype=np.int64)
-    for i, (flow, fid) in enumerate(zip(flows, ids, strict=True)):
-        if fid in seen:
-            problems.append((fid, "appears twice among the flows"))
-        seen.add(fid)
-        for name, out in ((flow.src, src), (flow.dst, dst)):
-            node = index.node_of.get(name)
-            if node is None or node < index.num_switches:
-                problems.append((fid, f"{name!r} is not a NIC port of fabric {fabric.name!r}"))
-            else:
-                out[i] = node
-    if problems:
-        raise PlanError(problems)
+    node_of = index.node_of
+    src = np.fromiter((node_of.get(f.src, -1) for f in flows), np.int64, count=n)
+    dst = np.fromiter((node_of.get(f.dst, -1) for f in flows), np.int64, count=n)
+    if len(set(ids)) != n or np.any(src < index.num_switches) or np.any(dst < index.num_switches):
+        raise PlanError(_flow_problems(fabric, flows, ids))
     up = np.full(n, -1, dtype=np.int64)
     down = np.full(n, -1, dtype=np.int64)
     nic = np.array([rs[0] if len(rs) == 1 else -1 for rs in index.out_resources], dtype=np.int64)
@@ -467,6 +456,25 @@ def build_problem(
         inner=switch_resources(fabric),
         two_tier=two_tier,
     )
+
+
+def _flow_problems(
+    fabric: Fabric, flows: Sequence[Flow], ids: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """Every repeated flow and every end that is no NIC port, in flow order (the error path of
+    :func:`build_problem`, whose fast path only detects that there is one)."""
+    index = fabric.index
+    problems: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for flow, fid in zip(flows, ids, strict=True):
+        if fid in seen:
+            problems.append((fid, "appears twice among the flows"))
+        seen.add(fid)
+        for name in (flow.src, flow.dst):
+            node = index.node_of.get(name)
+            if node is None or node < index.num_switches:
+                problems.append((fid, f"{name!r} is not a NIC port of fabric {fabric.name!r}"))
+    return problems
 
 
 def _lazy(
