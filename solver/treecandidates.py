@@ -283,10 +283,8 @@ class TreeCandidates:
         """Pairs of ``sel`` grouped by ``ids`` and their set of usable aggs: each group's first
         pair, every pair's group, and the groups' agg sets (``[group, j]``)."""
         used = self._aggs[sel]
-        code: IntArray = _dense(np.asarray(ids).reshape(len(sel), -1)) * (len(sel) + 1)
-        code += _dense(np.packbits(used, axis=1))
-        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-        return sel[first], inverse.ravel(), used[first]
+        first, inverse = _classes(np.asarray(ids).reshape(len(sel), -1), used)
+        return sel[first], inverse, used[first]
 
     def _leaf_links(self, reps: IntArray, used: BoolArray, down: bool) -> tuple[IntArray, ...]:
         """``(group, resource)`` of the leaf links of each group (source uplinks, or
@@ -361,21 +359,32 @@ class TreeCandidates:
                 r, link = self._leaf_links(reps, used, down)
                 res.append(link)
             owner.append(group_owner[r])
-        if triples:
+        if triples:  # (pod pair, agg) nodes own a group of core links per side
             used_t = np.unique(np.concatenate(triples))
             q, jt = np.divmod(used_t, aggs)
-            k, s = np.nonzero(self.core_ok[q, jt])
-            qq, jj = q[k], jt[k]
-            g = self.layout.gorder[self.pod_pairs[qq, 0], jj, s]
             node_owner = owners + np.arange(len(used_t))
             owners += len(used_t)
-            res += [
-                self.pad + 1 + used_t,
-                shape.agg_up[self.pod_pairs[qq, 0], jj, g],
-                shape.agg_down[self.pod_pairs[qq, 1], jj, g],
-            ]
-            owner += [node_owner, node_owner[k], node_owner[k]]
+            res.append(self.pad + 1 + used_t)
+            owner.append(node_owner)
+            usable = self.core_usable[q, jt]
+            for side, links in ((0, shape.agg_up), (1, shape.agg_down)):
+                pod = self.pod_pairs[q, side]
+                first, inverse = _classes(np.column_stack([pod, jt]), usable)
+                group_owner = owners + np.arange(len(first))
+                group_node = nodes + np.arange(len(first))
+                owners, nodes = owners + len(first), nodes + len(first)
+                r, g = np.nonzero(usable[first])
+                res += [group_node[inverse], group_node, links[pod[first][r], jt[first][r], g]]
+                owner += [node_owner, group_owner, group_owner[r]]
         return np.concatenate(res), np.concatenate(owner), owners, nodes
+
+
+def _classes(ids: npt.NDArray[Any], mask: BoolArray) -> tuple[IntArray, IntArray]:
+    """Rows grouped by equal ``ids`` row and equal ``mask`` row: each group's first row and
+    every row's group."""
+    code: IntArray = _dense(ids) * (len(ids) + 1) + _dense(np.packbits(mask, axis=1))
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
 
 
 def _dense(rows: npt.NDArray[Any]) -> IntArray:
