@@ -137,8 +137,10 @@ def _match_aligned(problem: Problem, paths: Sequence[Sequence[int]]) -> Previous
     flat = np.fromiter(itertools.chain.from_iterable(paths), np.int64, count=int(lengths.sum()))
     had = lengths > 0
     starts = np.cumsum(lengths) - lengths
-    first = np.where(had, flat[np.minimum(starts, max(len(flat) - 1, 0))], -1) if n else starts
-    last = np.where(had, flat[np.maximum(starts + lengths - 1, 0)], -1) if len(flat) else first
+    first, last = starts, starts  # no flow had a path (all cut off before): nothing matches
+    if len(flat):
+        first = np.where(had, flat[np.minimum(starts, len(flat) - 1)], -1)
+        last = np.where(had, flat[np.maximum(starts + lengths - 1, 0)], -1)
     ok = had & (lengths >= 2) & (first == problem.nic_up) & (last == problem.nic_down)
     choice = np.full(n, -1, dtype=np.int64)
     same = ok & (problem.pair == SAME_LEAF)

@@ -186,6 +186,32 @@ def test_degraded_fat_trees_reach_the_independent_optimum(
         assert result.gap == (best - result.bounds.best) / result.bounds.best
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(degraded_fat_tree(), st.booleans())
+def test_fat_tree_replans_after_a_failure_and_a_restore_reach_the_independent_optimum(
+    case: tuple[Fabric, list[Flow]], drain: bool
+) -> None:
+    """3 tiers, lazily built candidates: healthy plan, re-plan on the failure (or the same
+    links drained), re-plan when the links come back; each at the CP-SAT optimum of its
+    snapshot, with a lower bound on moves the exact minimum respects."""
+    snapshot, flows = case
+    if drain:
+        lost = {li: LinkStatus.DRAINED for li, link in enumerate(snapshot.links)
+                if link.status is LinkStatus.DOWN}  # fmt: skip
+        snapshot = FAT.with_link_status(lost)
+    flows = _reachable(snapshot, flows)
+    before = plan(FAT, flows, budget=10)
+    after = plan(snapshot, flows, before, budget=10)
+    restored = plan(FAT, flows, after, budget=10)
+    for result, fabric, old in ((after, snapshot, before), (restored, FAT, after)):
+        assert_valid(result, fabric)
+        best = optimum(fabric, flows)
+        assert result.objective.max_utilization == best
+        least = fewest_moves(fabric, flows, old.paths, best)
+        assert result.min_moves is not None
+        assert result.min_moves <= least <= len(result.moved)
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(degraded())
 def test_matching_an_aligned_previous_plan_equals_matching_flow_by_flow(
