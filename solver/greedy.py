@@ -61,8 +61,12 @@ def place_greedy(problem: Problem, flows: IntArray, load: FloatArray) -> IntArra
         entry = cache.get(p)
         if entry is None:
             rows = problem.candidates(p)
-            entry = (rows, problem.scale[rows])
-            cache[p] = entry
+            if problem.tree is None:
+                entry = (rows, problem.scale[rows])
+                cache[p] = entry
+            else:  # a fat-tree: one link speed, so every row of a pair scales alike, and the
+                # rows stay in the problem's bounded cache (all of them would be gigabytes)
+                entry = (rows, problem.scale[rows[:1]])
         rows, scale = entry
         w = weights[f]
         util = (load[rows] + w) * scale

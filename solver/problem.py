@@ -44,8 +44,9 @@ SAME_LEAF = -1
 UNREACHABLE = -2
 """``Problem.pair`` of a flow the snapshot cannot deliver (NIC link down, no usable path)."""
 
-PAIR_CACHE = 8192
-"""Pairs whose lazily built candidates a :class:`Problem` keeps (a fat-tree pair: 32 KiB)."""
+PAIR_CACHE = 4096
+"""Pairs whose lazily built candidates a :class:`Problem` keeps (a cross-pod pair of a 4k- or
+16k-GPU fat-tree: 32 KiB, so 128 MiB at most)."""
 
 TOLERANCE = 1e-9
 """Relative tolerance when comparing utilizations (sums of floats)."""
