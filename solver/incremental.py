@@ -41,6 +41,9 @@ class Previous:
 
     choice: IntArray
     had: BoolArray
+    aligned: bool = False
+    """The previous plan had exactly these flows in this order, on a snapshot numbered alike:
+    a flow whose ``choice`` is unchanged has the very same path (NIC links included)."""
 
     @property
     def keepable(self) -> int:
@@ -153,4 +156,4 @@ def _match_aligned(problem: Problem, paths: Sequence[Sequence[int]]) -> Previous
         at = np.where(inside, starts[cross, None] + 1 + cols[None, :], 0)
         middles = np.where(inside, flat[at], problem.pad)
         choice[cross] = match_middles(problem, cross, middles)
-    return Previous(choice, had)
+    return Previous(choice, had, aligned=True)

@@ -488,7 +488,10 @@ def plan(
         choice = np.where(problem.pair == SAME_LEAF, 0, -1).astype(np.int64)
         for c in components:
             choice[c.flows] = c.choice
-        paths = problem.paths(choice)
+        kept = None
+        if prior is not None and previous is not None and prior.aligned:
+            kept = (previous.paths, prior.had & (prior.choice == choice) & (choice >= 0))
+        paths = problem.paths(choice, kept)
     return _assemble(problem, choice, components, prior, paths, strategy, seed, budget, started)
 
 

@@ -240,17 +240,29 @@ class Problem:
 
     # -- paths -------------------------------------------------------------------------------
 
-    def paths(self, choice: IntArray) -> tuple[tuple[int, ...], ...]:
+    def paths(
+        self,
+        choice: IntArray,
+        kept: tuple[Sequence[tuple[int, ...]], BoolArray] | None = None,
+    ) -> tuple[tuple[int, ...], ...]:
         """Whole paths (NIC links included) for a choice per flow (``-1`` where not cross;
-        a cross-leaf flow with ``-1`` gets ``()``)."""
+        a cross-leaf flow with ``-1`` gets ``()``). ``kept``: paths known to be the flows'
+        choices already (a previous plan's, aligned) and which of them are; those are reused
+        rather than built again (a re-plan at 16k GPUs keeps almost all of 32k tuples)."""
         out: list[tuple[int, ...]] = [()] * self.num_flows
-        same = np.flatnonzero(self.pair == SAME_LEAF)
+        todo = np.ones(self.num_flows, dtype=bool)
+        if kept is not None:
+            out = list(kept[0])
+            todo = ~kept[1]
+            for f in np.flatnonzero(todo).tolist():
+                out[f] = ()
+        same = np.flatnonzero((self.pair == SAME_LEAF) & todo)
         for f, up, down in zip(
             same.tolist(), self.nic_up[same].tolist(), self.nic_down[same].tolist(), strict=True
         ):
             out[f] = (up, down)
         cross = self.cross
-        cross = cross[choice[cross] >= 0]  # a flow left without a choice gets no path
+        cross = cross[(choice[cross] >= 0) & todo[cross]]  # without a choice: no path
         if cross.size:
             rows = self.row_paths(self.rows(cross, choice[cross]))
             hops = self.hops[self.pair[cross]]
