@@ -25,6 +25,7 @@ import numpy as np
 
 from solver.coloring import assign_spines, assign_spines_stable
 from solver.problem import TOLERANCE, Problem
+from solver.treecandidates import TreeCandidates
 from topology.index import FloatArray, IntArray
 
 __all__ = [
@@ -56,8 +57,12 @@ def place_greedy(problem: Problem, flows: IntArray, load: FloatArray) -> IntArra
     cache: dict[int, tuple[IntArray, FloatArray]] = {}
     weights = problem.weight
     pairs = problem.pair
+    tree = problem.tree
     for f in greedy_order(problem, flows).tolist():
         p = int(pairs[f])
+        if tree is not None and tree.far[p]:
+            choice[position[f]] = _place_cross_pod(problem, tree, p, weights[f], load)
+            continue
         entry = cache.get(p)
         if entry is None:
             rows = problem.candidates(p)
@@ -82,6 +87,45 @@ def place_greedy(problem: Problem, flows: IntArray, load: FloatArray) -> IntArra
         load[rows[k]] += w
         choice[position[f]] = k
     return choice
+
+
+def _place_cross_pod(
+    problem: Problem, tree: TreeCandidates, p: int, w: float, load: FloatArray
+) -> int:
+    """:func:`place_greedy`'s step for a cross-pod pair of a fat-tree's lazy table, on the
+    (agg position, core) grid instead of materialized rows: the same utilizations, the same
+    choice. Each candidate's peak is the most of its four hops' ``(load + w) * scale``; ties
+    are broken as there, on the tied candidates' rows."""
+    shape = tree.layout.shape
+    u, v, q = int(tree.u[p]), int(tree.v[p]), int(tree.pp[p])
+    pu, pv = (int(x) for x in tree.pod_pairs[q])
+    js = tree.jord[p]
+    count = tree.count[p]
+    cores = tree.gnth[q, js]  # [t, i]: the i-th usable core of position t's agg
+    scale = problem.scale
+    hops = (
+        shape.up[u, js][:, None],
+        shape.agg_up[pu, js[:, None], cores],
+        shape.agg_down[pv, js[:, None], cores],
+        shape.down[v, js][:, None],
+    )
+    peak = np.maximum(
+        np.maximum((load[hops[0]] + w) * scale[hops[0]], (load[hops[1]] + w) * scale[hops[1]]),
+        np.maximum((load[hops[2]] + w) * scale[hops[2]], (load[hops[3]] + w) * scale[hops[3]]),
+    )
+    valid = np.arange(cores.shape[1])[None, :] < count[:, None]
+    peak = peak[valid]  # candidate order: position, then core
+    best = peak.min()
+    tied = np.flatnonzero(peak <= best + abs(best) * TOLERANCE)
+    k = int(tied[0])
+    if tied.size > 1:
+        rows = problem.row_paths(problem.offset[p] + tied)
+        util = (load[rows] + w) * scale[rows]
+        total = util.sum(axis=1)
+        low = total.min()
+        k = int(tied[np.flatnonzero(total <= low + abs(low) * TOLERANCE)[0]])
+    load[problem.row_paths(problem.offset[p] + np.array([k]))[0]] += w
+    return k
 
 
 # -- exact colouring ------------------------------------------------------------------------
