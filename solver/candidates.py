@@ -13,10 +13,12 @@ across pods), so it is done three ways, all giving routing's paths in routing's 
   both leaves reach, in the source leaf's member order — no routing tables at all;
 * **filtered**: on a snapshot that only *lost* links (a failure, a drain), a pair's paths are its
   previous ones that avoid the lost links, as long as any remain (a shortest path can only
-  lengthen when links go away); pairs left without any are enumerated afresh. This is what makes
-  a 3-tier re-plan take tens of milliseconds instead of half a second.
+  lengthen when links go away); pairs left without any are enumerated afresh.
 
-The tests check all three against :meth:`Routing.switch_paths`.
+The tests check all three against :meth:`Routing.switch_paths`. A 3-tier fat-tree's candidates
+are not enumerated at all: :mod:`solver.treecandidates` computes them on demand from the
+structure (the enumeration here remains for other 3-tier fabrics, for pairs the structure
+leaves without a path, and for the tests that compare the two).
 """
 
 from __future__ import annotations
