@@ -240,10 +240,18 @@ def lower_bound(fabric: Fabric | FatTreeShape, src: npt.ArrayLike, dst: npt.Arra
 
 @dataclass(frozen=True)
 class _Family:
-    """One side's sets: ``parent[set]`` (a set holding it, or ``-1``) and ``cap[set]``."""
+    """One side's sets: ``parent[set]`` (a set holding it, or ``-1``) and ``cap[set]``; or,
+    with ``room``, a capacity per set and colour (``room[set, colour]``, cumulated along the
+    colours: ``room[set, c]`` is the room of colours ``< c``), which a split then respects as
+    caps do (:mod:`solver.degraded`: colours lost with links have none)."""
 
     parent: IntArray
     cap: IntArray
+    room: IntArray | None = None
+
+
+class SplitInfeasible(RuntimeError):
+    """A colour split's circulation has no solution (only possible with ``room``)."""
 
 
 def _halve(
@@ -274,7 +282,11 @@ def _halve(
         n = np.ones(keys.size, dtype=np.int64)
         n[at_bottom], n[at_top] = size, size[nested]
         n1, cap = n // 2, family.cap[keys % count]
-        if stable:
+        if family.room is not None:
+            room, first = family.room[keys % count], keys // count
+            lo = np.maximum(0, d - (_along(room, first + n) - _along(room, first + n1)))
+            hi = np.minimum(d, _along(room, first + n1) - _along(room, first))
+        elif stable:
             lo, hi = np.maximum(0, d - (n - n1) * cap), np.minimum(d, n1 * cap)
         else:
             lo, hi = d * n1 // n, -(-d * n1 // n)
@@ -294,6 +306,8 @@ def _halve(
     np.add.at(supply, heads, lo)
     flow = min_cost_flow.SimpleMinCostFlow()
     caps = np.concatenate([left_hi, right_hi]) - lo
+    if np.any(caps < 0):  # a set's rooms cannot take its flows (only possible with room)
+        raise SplitInfeasible("a colour split's bounds cross")
     flow.add_arcs_with_capacity_and_unit_cost(tails, heads, caps, np.zeros_like(lo))
     items = flow.add_arcs_with_capacity_and_unit_cost(
         left_at, right_at + nl, weight, category - _FREE
@@ -301,9 +315,14 @@ def _halve(
     flow.add_arc_with_capacity_and_unit_cost(sink, source, int(weight.sum()), 0)
     flow.set_nodes_supplies(np.arange(supply.size), supply)
     status = flow.solve()
-    if status != flow.OPTIMAL:  # impossible: the proportional flow is feasible (module doc)
-        raise RuntimeError(f"colour split circulation not solved (status {status})")
+    if status != flow.OPTIMAL:  # without room impossible: the proportional flow is feasible
+        raise SplitInfeasible(f"colour split circulation not solved (status {status})")
     return np.asarray(flow.flows(items), dtype=np.int64)
+
+
+def _along(table: IntArray, column: IntArray) -> IntArray:
+    picked: IntArray = np.take_along_axis(table, column[:, None], axis=1)[:, 0]
+    return picked
 
 
 def _colour(

@@ -64,6 +64,7 @@ from solver import fattree
 from solver.bounds import combinatorial_bounds, integral_units, lp_bound, round_up
 from solver.coloring import assign_spines
 from solver.cpsat import solve_cpsat
+from solver.degraded import assign_degraded
 from solver.ecmp import ecmp_paths
 from solver.errors import SolverError
 from solver.flows import Flow, Workload
@@ -318,6 +319,9 @@ class _Planner:
         weights = problem.weight[c.flows]
         if not len(c.flows) or np.any(weights != weights[0]):
             return None
+        coloured = self.degraded(c, prior)
+        if coloured is not None:
+            return coloured
         start = self.intact(c)
         if start is None:
             return None
@@ -327,6 +331,58 @@ class _Planner:
         if not fixed.reached:
             return None
         return fixed.choice, "repair", True
+
+    def degraded(self, c: _Component, prior: IntArray | None) -> tuple[IntArray, str, bool] | None:
+        """A degraded fat-tree coloured at the bound with the lost links' colours removed
+        (:mod:`solver.degraded`), keeping previous paths where it can; ``None`` where it does
+        not apply or finds no room."""
+        problem = self.problem
+        shape = None if problem.two_tier else self.intact_shape()
+        if shape is None or math.isnan(c.unit) or c.unit <= 0:
+            return None
+        target = c.best / c.unit
+        if round(target) < 1 or abs(round(target) - target) > 1e-6:
+            return None
+        leaves = problem.pair_leaves[problem.pair[c.flows]]
+        result = assign_degraded(shape, problem.index.res_usable,
+                                 leaves[:, 0], leaves[:, 1], round(target),
+                                 self.previous_paths(c, prior))  # fmt: skip
+        if result is None:
+            return None
+        middles = np.full((len(c.flows), problem.width), problem.pad, dtype=np.int64)
+        for i, path in enumerate(result.paths):
+            middles[i, : len(path)] = path
+        choice = match_middles(problem, c.flows, middles)
+        if np.any(choice < 0):
+            return None
+        return choice, "degraded", True
+
+    def previous_paths(self, c: _Component, prior: IntArray | None) -> list[tuple[int, ...]] | None:
+        """Each flow's previous switch path (``()`` for none) as the colourings take it."""
+        if prior is None:
+            return None
+        problem = self.problem
+        rows = problem.offset[problem.pair[c.flows]] + np.maximum(prior, 0)
+        return [
+            tuple(r[: problem.hops[p]]) if k >= 0 else ()
+            for r, p, k in zip(
+                problem.row_paths(rows).tolist(),
+                problem.pair[c.flows].tolist(),
+                prior.tolist(),
+                strict=True,
+            )
+        ]
+
+    def intact_shape(self) -> fattree.FatTreeShape | None:
+        """The fat-tree shape of the cabling (every link taken as up), if it has one."""
+        if self._intact_shape is None:
+            problem = self.problem
+            self._intact_shape = (
+                problem.tree.layout.shape
+                if problem.tree is not None
+                else fattree.analyse(problem.fabric, ignore_status=True)
+            )
+        return None if isinstance(self._intact_shape, str) else self._intact_shape
 
     def grid(self, c: _Component) -> SpineGrid | None:
         """The spine grid of a 2-tier component of equal weights (two-spine exchanges)."""
@@ -348,15 +404,10 @@ class _Planner:
             spines, rows = spine_rows(problem, c.pairs)
             spine = assign_spines(leaves[:, 0], leaves[:, 1], len(spines))
             return rows[np.searchsorted(c.pairs, problem.pair[c.flows]), spine]
-        if self._intact_shape is None:
-            self._intact_shape = (
-                problem.tree.layout.shape
-                if problem.tree is not None
-                else fattree.analyse(problem.fabric, ignore_status=True)
-            )
-        if isinstance(self._intact_shape, str):
+        shape = self.intact_shape()
+        if shape is None:
             return None
-        result = fattree.assign_fat_tree(self._intact_shape, leaves[:, 0], leaves[:, 1])
+        result = fattree.assign_fat_tree(shape, leaves[:, 0], leaves[:, 1])
         middles = np.full((len(c.flows), problem.width), problem.pad, dtype=np.int64)
         for i, path in enumerate(result.paths):
             middles[i, : len(path)] = path
@@ -390,18 +441,7 @@ class _Planner:
         if isinstance(self._shape, str):
             return None
         leaves = problem.pair_leaves[problem.pair[c.flows]]
-        previous: list[tuple[int, ...]] | None = None
-        if prior is not None:
-            rows = problem.offset[problem.pair[c.flows]] + np.maximum(prior, 0)
-            previous = [
-                tuple(r[: problem.hops[p]]) if k >= 0 else ()
-                for r, p, k in zip(
-                    problem.row_paths(rows).tolist(),
-                    problem.pair[c.flows].tolist(),
-                    prior.tolist(),
-                    strict=True,
-                )
-            ]
+        previous = self.previous_paths(c, prior)
         result = fattree.assign_fat_tree(self._shape, leaves[:, 0], leaves[:, 1], previous)
         middles = np.full((len(c.flows), problem.width), problem.pad, dtype=np.int64)
         for i, path in enumerate(result.paths):

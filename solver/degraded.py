@@ -1,0 +1,167 @@
+"""Stage-wise colouring of a fat-tree with links down or drained: lost links' colours get no room.
+
+Why: on a degraded fat-tree the planner coloured the intact tree and repaired the flows whose
+path was gone. When the fabric is tight (a 16k-GPU fat-tree under a ring: every leaf uplink and
+nearly every agg-core link at the optimum's load), a local repair cannot find room that only a
+global rebalancing across many leaves frees, and the plan stayed 50% above the bound. The issue's
+hint applies: a failure removes colours from some vertices of the same bipartite structure, and
+the colour splits of :mod:`solver.fattree` are network flows, which handle capacities exactly.
+
+**Method.** For a target ``K`` (the planner's bound, in flows per link), every set of the
+splits gets a room per colour instead of one cap: leaf ``s`` and agg ``j`` have ``K`` if the
+link ``s -> agg j`` (``agg j -> s`` for the destination side) is usable, else 0; agg ``(p, j)``
+and core ``g`` have ``K`` if that agg-core link is usable. A split of a colour range in halves
+then bounds each set's flows in the first half by the room of the first half's colours, and
+from below by what the second half's colours cannot hold: every leaf of colour ``j`` ends with at
+most its room, so no flow takes a lost link and none is above ``K``. Stage 1 (aggs) runs by
+leaves (Theorem 1's sets) and, if stage 2 then fails, by pods too (Theorem 2's sets, a pod's
+room per agg being ``K`` times its usable core links); stage 2 (cores) per agg as in the intact
+case.
+
+**Guarantee.** None beyond what is checked: a split may find no circulation (the room is
+too tight for the halving order), in which case the function returns ``None`` and the planner
+keeps its other methods. A result is valid (every path over usable links) and at most ``K``
+on every switch link, hence optimal when ``K`` is a lower bound. With ``previous``, splits
+prefer each flow's old colours (the stable costs of :mod:`solver.fattree`), so a re-plan keeps
+most flows where they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from solver.fattree import (
+    FatTreeAssignment,
+    FatTreeShape,
+    SplitInfeasible,
+    _ceil_share,
+    _colour,
+    _Family,
+    _leaves,
+    _paths,
+    _previous,
+)
+from topology.index import BoolArray, IntArray
+
+__all__ = ["assign_degraded"]
+
+
+def _cumulated(room: IntArray) -> IntArray:
+    """``room[set, colour]`` as :class:`_Family` wants it: cumulated, a zero column first."""
+    out = np.zeros((room.shape[0], room.shape[1] + 1), dtype=np.int64)
+    np.cumsum(room, axis=1, out=out[:, 1:])
+    return out
+
+
+def _family(room: IntArray, parent: IntArray | None = None) -> _Family:
+    count = room.shape[0]
+    top = np.full(count, -1, dtype=np.int64) if parent is None else parent
+    return _Family(top, room.max(axis=1, initial=0), _cumulated(room))
+
+
+def _leaf_rooms(shape: FatTreeShape, ok: BoolArray, target: int) -> tuple[IntArray, IntArray]:
+    """Per node and agg index: ``target`` where the leaf's uplink (downlink) is usable."""
+    leaves = np.flatnonzero(shape.is_leaf)
+    up = np.zeros(shape.up.shape, dtype=np.int64)
+    down = np.zeros(shape.down.shape, dtype=np.int64)
+    up[leaves] = target * ok[shape.up[leaves]]
+    down[leaves] = target * ok[shape.down[leaves]]
+    return up, down
+
+
+def _stage_one(
+    shape: FatTreeShape,
+    ok: BoolArray,
+    ends: tuple[IntArray, IntArray],
+    hint: IntArray,
+    target: int,
+    method: str,
+) -> IntArray:
+    """An agg index per cross-leaf flow within the rooms (raises :class:`SplitInfeasible`)."""
+    s, d = ends
+    n, aggs, pods = shape.is_leaf.size, shape.aggs, shape.pods
+    up, down = _leaf_rooms(shape, ok, target)
+    if method == "leaf":
+        return _colour((s, d), (_family(up), _family(down)), hint, aggs, True)
+    intra = shape.pod[s] == shape.pod[d]
+    parent = np.full(2 * n + pods, -1, dtype=np.int64)
+    parent[:n] = np.where(shape.is_leaf, 2 * n + shape.pod, -1)
+    cores = (ok[shape.agg_up].sum(axis=2), ok[shape.agg_down].sum(axis=2))  # [pod, j]
+    families = []
+    for side, (x, leaf_room) in enumerate(((s, up), (d, down))):
+        usable = leaf_room > 0
+        intra_cap = _ceil_share(x[intra], n, aggs)
+        cross_cap = np.maximum(_ceil_share(x[~intra], n, aggs), target - intra_cap)
+        room = np.concatenate([
+            np.minimum(cross_cap[:, None], target) * usable,
+            np.minimum(intra_cap[:, None], target) * usable,
+            target * cores[side],
+        ])  # fmt: skip
+        families.append(_family(room, parent))
+    members = (s + n * intra, d + n * intra)
+    return _colour(members, (families[0], families[1]), hint, aggs, True)
+
+
+def _stage_two(
+    shape: FatTreeShape,
+    ok: BoolArray,
+    ends: tuple[IntArray, IntArray],
+    agg: IntArray,
+    hint: IntArray,
+    target: int,
+) -> IntArray:
+    """A core of group ``agg`` per cross-pod flow within the rooms of the agg-core links."""
+    s, d = ends
+    pods, g = shape.pods, shape.cores_per_group
+    sets: tuple[IntArray, IntArray] = (agg * pods + shape.pod[s], agg * pods + shape.pod[d])
+    rooms = [
+        target * ok[links].transpose(1, 0, 2).reshape(shape.aggs * pods, g)
+        for links in (shape.agg_up, shape.agg_down)
+    ]
+    return _colour(sets, (_family(rooms[0]), _family(rooms[1])), hint, g, True)
+
+
+def assign_degraded(
+    shape: FatTreeShape,
+    usable: BoolArray,
+    src_leaf: npt.ArrayLike,
+    dst_leaf: npt.ArrayLike,
+    target: int,
+    previous: Sequence[Sequence[int]] | None = None,
+) -> FatTreeAssignment | None:
+    """Switch paths of equal-rate flows over ``usable`` resources with at most ``target`` flows
+    on every switch link, or ``None`` when the splits find no room (see the module doc).
+
+    ``shape`` is the cabling's (:func:`solver.fattree.analyse` with ``ignore_status``);
+    ``previous`` gives each flow's former switch path to keep where the rooms allow.
+    """
+    s, d = _leaves(shape, src_leaf, dst_leaf)
+    ok = np.append(np.asarray(usable, dtype=bool), False)
+    none = np.full(s.size, -1, dtype=np.int64)
+    prev_agg, prev_core, had = none, none, none >= 0
+    if previous is not None:
+        prev_agg, prev_core, had = _previous(shape, s, d, previous)
+        alive = np.array([all(ok[r] for r in path) for path in previous], dtype=bool)
+        prev_agg, prev_core = np.where(alive, prev_agg, -1), np.where(alive, prev_core, -1)
+    on = s != d
+    far = shape.pod[s] != shape.pod[d]
+    for method in ("leaf", "pod"):
+        agg, core = none.copy(), none.copy()
+        try:
+            agg[on] = _stage_one(shape, ok, (s[on], d[on]), prev_agg[on], target, method)
+            keep = np.where(agg == prev_agg, prev_core, -1)
+            core[far] = _stage_two(shape, ok, (s[far], d[far]), agg[far], keep[far], target)
+        except SplitInfeasible:
+            continue
+        paths = _paths(shape, s, d, agg, core)
+        used = np.fromiter((r for p in paths for r in p), np.int64)
+        load = np.bincount(used, minlength=ok.size)
+        if not ok[used].all() or load.max(initial=0) > target:
+            continue
+        moved = int((had & ((agg != prev_agg) | (core != prev_core))).sum())
+        peak = int(load.max(initial=0))
+        return FatTreeAssignment(paths, agg, core, target, peak, moved, f"degraded-{method}")
+    return None
