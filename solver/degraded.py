@@ -14,9 +14,10 @@ and core ``g`` have ``K`` if that agg-core link is usable. A split of a colour r
 then bounds each set's flows in the first half by the room of the first half's colours, and
 from below by what the second half's colours cannot hold: every leaf of colour ``j`` ends with at
 most its room, so no flow takes a lost link and none is above ``K``. Stage 1 (aggs) runs by
-leaves (Theorem 1's sets) and, if stage 2 then fails, by pods too (Theorem 2's sets, a pod's
-room per agg being ``K`` times its usable core links); stage 2 (cores) per agg as in the intact
-case.
+leaves (Theorem 1's sets) and, if stage 2 then fails, by pods too (Theorem 2's sets: a pod's
+room per agg is ``K`` times its usable core links, and each leaf link's room is split between
+the leaf's intra-pod and cross-pod flows, intra-pod ones first under the aggs with the fewest
+core links); stage 2 (cores) per agg as in the intact case.
 
 **Guarantee.** None beyond what is checked: a split may find no circulation (the room is
 too tight for the halving order), in which case the function returns ``None`` and the planner
@@ -37,7 +38,6 @@ from solver.fattree import (
     FatTreeAssignment,
     FatTreeShape,
     SplitInfeasible,
-    _ceil_share,
     _colour,
     _Family,
     _leaves,
@@ -90,19 +90,35 @@ def _stage_one(
     parent = np.full(2 * n + pods, -1, dtype=np.int64)
     parent[:n] = np.where(shape.is_leaf, 2 * n + shape.pod, -1)
     cores = (ok[shape.agg_up].sum(axis=2), ok[shape.agg_down].sum(axis=2))  # [pod, j]
+    pod = np.where(shape.is_leaf, shape.pod, 0)
     families = []
     for side, (x, leaf_room) in enumerate(((s, up), (d, down))):
-        usable = leaf_room > 0
-        intra_cap = _ceil_share(x[intra], n, aggs)
-        cross_cap = np.maximum(_ceil_share(x[~intra], n, aggs), target - intra_cap)
-        room = np.concatenate([
-            np.minimum(cross_cap[:, None], target) * usable,
-            np.minimum(intra_cap[:, None], target) * usable,
-            target * cores[side],
-        ])  # fmt: skip
+        near = np.bincount(x[intra], minlength=n)
+        inner = _intra_room(leaf_room, near, cores[side][pod])
+        room = np.concatenate([leaf_room - inner, inner, target * cores[side]])
         families.append(_family(room, parent))
     members = (s + n * intra, d + n * intra)
     return _colour(members, (families[0], families[1]), hint, aggs, True)
+
+
+def _intra_room(leaf_room: IntArray, near: IntArray, cores: IntArray) -> IntArray:
+    """Each leaf link's share of room for intra-pod flows (the rest is for cross-pod ones):
+    one unit a link per round, links under the aggs with the fewest usable core links first
+    (intra-pod flows need no core), until the leaf's ``near`` intra-pod flows have room. The
+    two shares of a link add up to its room, so the leaf link stays within the target (what
+    Theorem 2's separate caps cannot promise)."""
+    nodes = np.arange(leaf_room.shape[0])
+    order = np.argsort(cores, axis=1, kind="stable")
+    inner = np.zeros_like(leaf_room)
+    left = near.copy()
+    for _ in range(int(leaf_room.max(initial=0))):
+        for j in order.T:
+            can = (left > 0) & (leaf_room[nodes, j] > inner[nodes, j])
+            inner[nodes[can], j[can]] += 1
+            left[can] -= 1
+        if not left.any():
+            break
+    return inner
 
 
 def _stage_two(
