@@ -34,7 +34,7 @@ from solver.candidates import Candidates, filtered_table, pair_candidates
 from solver.errors import PlanError
 from solver.evaluate import reference_line_rate, switch_resources
 from solver.flows import Flow
-from solver.treecandidates import TreeCandidates, TreeLayout
+from solver.treecandidates import TreeCandidates, TreeLayout, lazy_candidates
 from topology.index import BoolArray, FabricIndex, FloatArray, IntArray
 from topology.model import Fabric
 
@@ -432,7 +432,7 @@ def build_problem(
     if isinstance(reuse, TreeLayout):
         reuse = None
     fast = None if layout is not None else filtered_table(index, keys, reuse)
-    if layout is not None and (lazy_tree := _lazy(layout, index, keys)) is not None:
+    if layout is not None and (lazy_tree := lazy_candidates(layout, index, keys)) is not None:
         tree, alive = lazy_tree
         renumber = np.cumsum(alive) - 1
         pair[cross] = np.where(alive[inverse.ravel()], renumber[inverse.ravel()], UNREACHABLE)
@@ -488,22 +488,6 @@ def _flow_problems(
             if node is None or node < index.num_switches:
                 problems.append((fid, f"{name!r} is not a NIC port of fabric {fabric.name!r}"))
     return problems
-
-
-def _lazy(
-    layout: TreeLayout, index: FabricIndex, keys: IntArray
-) -> tuple[TreeCandidates, BoolArray] | None:
-    """The fat-tree's candidates of ``keys`` on demand, and which pairs have any; ``None`` if
-    routing's own enumeration finds a path for a pair the structure leaves without one (it
-    cannot on a fat-tree: see :mod:`solver.treecandidates`; then the table is enumerated)."""
-    tree = TreeCandidates.build(layout, index, keys)
-    alive = tree.counts() > 0
-    if not alive.all():
-        orphans = keys[~alive]
-        if any(len(rows) for rows in pair_candidates(index, orphans, False)):
-            return None
-        tree = tree.subset(alive)
-    return tree, alive
 
 
 def _tabulate(

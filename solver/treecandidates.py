@@ -39,11 +39,11 @@ import numpy as np
 import numpy.typing as npt
 
 from solver import fattree
-from solver.candidates import same_wiring
+from solver.candidates import pair_candidates, same_wiring
 from topology.index import BoolArray, FabricIndex, IntArray
 from topology.model import Fabric
 
-__all__ = ["TreeCandidates", "TreeLayout"]
+__all__ = ["TreeCandidates", "TreeLayout", "lazy_candidates"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -377,6 +377,22 @@ class TreeCandidates:
                 res += [group_node[inverse], group_node, links[pod[first][r], jt[first][r], g]]
                 owner += [node_owner, group_owner, group_owner[r]]
         return np.concatenate(res), np.concatenate(owner), owners, nodes
+
+
+def lazy_candidates(
+    layout: TreeLayout, index: FabricIndex, keys: IntArray
+) -> tuple[TreeCandidates, BoolArray] | None:
+    """The fat-tree's candidates of ``keys`` on demand, and which pairs have any; ``None`` if
+    routing's own enumeration finds a path for a pair the structure leaves without one (it
+    cannot on a fat-tree: see the module doc; then the table is enumerated)."""
+    tree = TreeCandidates.build(layout, index, keys)
+    alive = tree.counts() > 0
+    if not alive.all():
+        orphans = keys[~alive]
+        if any(len(rows) for rows in pair_candidates(index, orphans, False)):
+            return None
+        tree = tree.subset(alive)
+    return tree, alive
 
 
 def _classes(ids: npt.NDArray[Any], mask: BoolArray) -> tuple[IntArray, IntArray]:
