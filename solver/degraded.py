@@ -29,8 +29,6 @@ most flows where they were.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import numpy.typing as npt
 
@@ -42,7 +40,6 @@ from solver.fattree import (
     _Family,
     _leaves,
     _paths,
-    _previous,
 )
 from topology.index import BoolArray, IntArray
 
@@ -146,22 +143,22 @@ def assign_degraded(
     src_leaf: npt.ArrayLike,
     dst_leaf: npt.ArrayLike,
     target: int,
-    previous: Sequence[Sequence[int]] | None = None,
+    previous: tuple[IntArray, IntArray] | None = None,
 ) -> FatTreeAssignment | None:
     """Switch paths of equal-rate flows over ``usable`` resources with at most ``target`` flows
     on every switch link, or ``None`` when the splits find no room (see the module doc).
 
     ``shape`` is the cabling's (:func:`solver.fattree.analyse` with ``ignore_status``);
-    ``previous`` gives each flow's former switch path to keep where the rooms allow.
+    ``previous`` gives each flow's former agg index and core (``-1`` for none; a path over
+    usable links only) to keep where the rooms allow.
     """
     s, d = _leaves(shape, src_leaf, dst_leaf)
     ok = np.append(np.asarray(usable, dtype=bool), False)
     none = np.full(s.size, -1, dtype=np.int64)
-    prev_agg, prev_core, had = none, none, none >= 0
+    prev_agg, prev_core = none, none
     if previous is not None:
-        prev_agg, prev_core, had = _previous(shape, s, d, previous)
-        alive = np.array([all(ok[r] for r in path) for path in previous], dtype=bool)
-        prev_agg, prev_core = np.where(alive, prev_agg, -1), np.where(alive, prev_core, -1)
+        prev_agg, prev_core = previous
+    had = prev_agg >= 0
     on = s != d
     far = shape.pod[s] != shape.pod[d]
     for method in ("leaf", "pod"):

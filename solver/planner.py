@@ -344,9 +344,17 @@ class _Planner:
         if round(target) < 1 or abs(round(target) - target) > 1e-6:
             return None
         leaves = problem.pair_leaves[problem.pair[c.flows]]
+        previous = None
+        if prior is not None:  # a candidate's agg index and core, read off its first hops
+            rows = problem.row_paths(problem.offset[problem.pair[c.flows]] + np.maximum(prior, 0))
+            far = shape.pod[leaves[:, 0]] != shape.pod[leaves[:, 1]]
+            agg = np.where(prior >= 0, shape.choice[rows[:, 0]], -1)
+            core = np.where(
+                (prior >= 0) & far, shape.choice[rows[:, min(1, rows.shape[1] - 1)]], -1
+            )
+            previous = (agg, core)
         result = assign_degraded(shape, problem.index.res_usable,
-                                 leaves[:, 0], leaves[:, 1], round(target),
-                                 self.previous_paths(c, prior))  # fmt: skip
+                                 leaves[:, 0], leaves[:, 1], round(target), previous)  # fmt: skip
         if result is None:
             return None
         middles = np.full((len(c.flows), problem.width), problem.pad, dtype=np.int64)
