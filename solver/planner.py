@@ -29,11 +29,12 @@ link: planes, rails of rail-aligned traffic) under strategy ``auto``:
 Other strategies: ``exact`` (refuses sub-problems it cannot solve exactly), ``cpsat`` (greedy
 hint, then always CP-SAT), ``greedy``, ``ecmp`` (the unplanned baseline of :mod:`solver.ecmp`).
 
-**Degraded fabrics** (links down or drained): where the healthy methods no longer apply, the
-intact fabric is coloured exactly (every link taken as up) and the flows whose colour is gone are
-repaired to the bound (:mod:`solver.repair`; on 2 tiers with two-spine exchanges,
-:mod:`solver.kempe`). Meeting the bound proves the part optimal; otherwise the search below
-runs as before.
+**Degraded fabrics** (links down or drained): where the healthy methods no longer apply, a
+fat-tree is coloured at the bound with the lost links' colours given no room (method
+``degraded``, :mod:`solver.degraded`); where that finds none, the intact fabric is coloured
+exactly (every link taken as up) and the flows whose colour is gone are repaired to the bound
+(:mod:`solver.repair`; on 2 tiers with two-spine exchanges, :mod:`solver.kempe`). Meeting the
+bound proves the part optimal; otherwise the search below runs as before.
 
 **Re-planning** (``previous`` given; :mod:`solver.incremental` decides which flows may stay).
 A sub-problem whose flows may all stay and that is still at its bound is kept as it is
