@@ -106,7 +106,12 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 def parse_model(cls: type[M], text: str, fmt: TextFormat, source: str) -> M:
     """Text -> validated model, or :class:`FabricFileError` naming file, field path and reason."""
-    data = parse_data(text, fmt, source)
+    return validate_data(cls, parse_data(text, fmt, source), source)
+
+
+def validate_data(cls: type[M], data: Any, source: str) -> M:
+    """Parsed data -> validated model, or :class:`FabricFileError` naming file, field path and
+    reason."""
     if not isinstance(data, dict):
         raise FabricFileError(
             source, [("", f"expected a mapping at the top, got {type(data).__name__}")]
