@@ -107,10 +107,21 @@ class FabricIndex:
         self.num_resources = 2 * num_links
 
         out: list[list[int]] = [[] for _ in range(self.num_nodes)]
-        for res in range(self.num_resources):
-            out[int(src[res])].append(res)
+        for res, u in enumerate(src.tolist()):
+            out[u].append(res)
+        # Interface names repeat on every switch (Ethernet1..64): each is split once.
+        keys: dict[str, tuple[tuple[int, int | str], ...]] = {}
+        interfaces = self.res_interface
+
+        def key(res: int) -> tuple[tuple[int, int | str], ...]:
+            name = interfaces[res]
+            found = keys.get(name)
+            if found is None:
+                found = keys[name] = natural_key(name)
+            return found
+
         self.out_resources: tuple[tuple[int, ...], ...] = tuple(
-            tuple(sorted(rs, key=lambda r: natural_key(self.res_interface[r]))) for rs in out
+            tuple(sorted(rs, key=key)) if len(rs) > 1 else tuple(rs) for rs in out
         )
         for p in self.ports:
             sw = [int(dst[r]) for r in self.out_resources[p.node]]

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from topology.base import Frozen
 
@@ -41,6 +42,55 @@ INTERFACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
 
 _NAME_RE = re.compile(NAME_PATTERN)
 _INTERFACE_RE = re.compile(INTERFACE_PATTERN)
+_END_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*:[A-Za-z0-9][A-Za-z0-9._/-]*")
+"""A well-formed link end in one match (the common case); anything else gets the checks that
+say what is wrong."""
+
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_DOTTED_QUAD = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")
+"""Dotted-quad IPv4 in the form ``ipaddress`` accepts (decimal, no leading zeros)."""
+
+
+def _fast_ipv4(value: Any) -> Any:
+    """A plain dotted-quad string as an address, built from its integer value.
+
+    Why: ``ipaddress`` parses a string in pure Python (about 20 us), which was a third of
+    validating a 16k-GPU fabric file. A string this pattern accepts is one ``ipaddress``
+    accepts too, with the same value; anything else goes on to pydantic's own validator,
+    so errors read exactly as before.
+    """
+    if type(value) is str and _DOTTED_QUAD.fullmatch(value):
+        a, b, c, d = value.split(".")
+        return ipaddress.IPv4Address((int(a) << 24) | (int(b) << 16) | (int(c) << 8) | int(d))
+    return value
+
+
+IPv4 = Annotated[ipaddress.IPv4Address, BeforeValidator(_fast_ipv4)]
+"""An IPv4 address field (see :func:`_fast_ipv4`)."""
+
+_PLAIN_IPV6 = re.compile(r"[0-9A-Fa-f:]{2,39}")
+"""Hex digits and colons only: no scope (``%eth0``), no embedded dotted quad."""
+
+
+def _fast_ipv6(value: Any) -> Any:
+    """A plain IPv6 string (hex and colons) as an address, parsed by the C library.
+
+    Why: as :func:`_fast_ipv4`; every NIC port of a generated fabric has a GID. For strings of
+    hex digits and colons, ``inet_pton`` and ``ipaddress`` accept the same ones with the same
+    value (tested); anything else, or anything ``inet_pton`` refuses, goes on to pydantic's
+    own validator, so errors read exactly as before.
+    """
+    if type(value) is str and _PLAIN_IPV6.fullmatch(value):
+        try:
+            packed = socket.inet_pton(socket.AF_INET6, value)
+        except OSError:
+            return value
+        return ipaddress.IPv6Address(int.from_bytes(packed, "big"))
+    return value
+
+
+IPv6 = Annotated[ipaddress.IPv6Address, BeforeValidator(_fast_ipv6)]
+"""An IPv6 address field (see :func:`_fast_ipv6`)."""
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
 
@@ -145,7 +195,7 @@ class Switch(Frozen):
     role: SwitchRole
     plane: int = Field(default=0, ge=0)
     pod: int | None = Field(default=None, ge=0)
-    mgmt_address: ipaddress.IPv4Address | None = None
+    mgmt_address: IPv4 | None = None
     addresses: tuple[SwitchAddress, ...] = ()
     hash: HashProfile = HashProfile()
 
@@ -163,8 +213,8 @@ class NicPort(Frozen):
     """One physical port of a NIC: the RoCE endpoint a QP is bound to."""
 
     name: Name
-    address: ipaddress.IPv4Address
-    gid: ipaddress.IPv6Address | None = None
+    address: IPv4
+    gid: IPv6 | None = None
 
 
 class Nic(Frozen):
@@ -192,6 +242,8 @@ class Link(Frozen):
     @field_validator("a", "b")
     @classmethod
     def _end_syntax(cls, value: str) -> str:
+        if _END_RE.fullmatch(value):
+            return value
         device, sep, interface = value.partition(":")
         if not sep or not _NAME_RE.match(device) or not interface:
             raise ValueError(f"{value!r} is not '<device>:<interface>'")
@@ -240,6 +292,8 @@ class Fabric(Frozen):
 
     @model_validator(mode="after")
     def _cross_references(self) -> Fabric:
+        if is_sound(self):  # the common case, checked with sets; else find out what is wrong
+            return self
         problems = list(find_problems(self))
         if problems:
             shown = "; ".join(str(p) for p in problems[:20])
@@ -406,3 +460,57 @@ def find_problems(fabric: Fabric) -> Iterator[FabricProblem]:
             )
         else:
             device_pairs[pair] = li
+
+
+def is_sound(fabric: Fabric) -> bool:
+    """True only if :func:`find_problems` would find nothing; False if it may find something.
+
+    Why a second check: :func:`find_problems` locates every problem by its field path, which
+    means a path string and a few dictionary entries for every name, address and link end:
+    0.3 s for a 16k-GPU fabric that has no problem at all. This asks the same questions of
+    whole columns at once (are these names distinct, is every end a known port), and the
+    validator runs :func:`find_problems` only when an answer is no, so errors read the same.
+    """
+    switch_names = [s.name for s in fabric.switches]
+    host_names = [h.name for h in fabric.hosts]
+    switch_set, host_set = set(switch_names), set(host_names)
+    if len(switch_set) + len(host_set) != len(switch_set | host_set) or (
+        len(switch_set) != len(switch_names) or len(host_set) != len(host_names)
+    ):
+        return False
+    port_nodes: set[str] = set()
+    addresses: list[Any] = []
+    for host in fabric.hosts:
+        nics = host.nics
+        if len(nics) > 1 and len({nic.name for nic in nics}) != len(nics):
+            return False
+        ports = [port for nic in nics for port in nic.ports]
+        if len(ports) > 1 and len({port.name for port in ports}) != len(ports):
+            return False
+        prefix = host.name + ":"
+        port_nodes.update(prefix + port.name for port in ports)
+        addresses.extend(port.address for port in ports)
+    for switch in fabric.switches:
+        if switch.mgmt_address is not None:
+            addresses.append(switch.mgmt_address)
+        addresses.extend(owned.address for owned in switch.addresses)
+    if len(set(addresses)) != len(addresses):
+        return False
+    ends = [end for link in fabric.links for end in (link.a, link.b)]
+    if len(set(ends)) != len(ends):
+        return False
+    nodes: list[str] = []
+    for end in ends:
+        device = end.partition(":")[0]
+        if device in switch_set:
+            nodes.append(device)
+        elif device in host_set and end in port_nodes:
+            nodes.append(end)
+        else:
+            return False
+    pairs = set()
+    for a, b in zip(nodes[0::2], nodes[1::2], strict=True):
+        if a == b or (":" in a and ":" in b):  # a loop, or two hosts joined
+            return False
+        pairs.add((a, b) if a < b else (b, a))
+    return len(pairs) == len(fabric.links)

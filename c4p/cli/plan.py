@@ -13,6 +13,7 @@ from c4p import report
 from c4p.cli.common import (
     JsonOption,
     Timings,
+    bulk_allocation,
     check_number,
     console,
     emit,
@@ -214,4 +215,5 @@ def plan_cmd(
         if timings:
             Console(stderr=True).print(clock.line(), highlight=False)
 
-    guarded(body)
+    with bulk_allocation():
+        guarded(body)
