@@ -233,9 +233,7 @@ def forward_many(
             key = leaf_row[mine] * 2 + descending[mine]
             keys, inverse = np.unique(key, return_inverse=True)
             inverse = inverse.reshape(-1)
-            members, sizes = routing.groups_at(
-                switch, down_rows, up_rows, keys // 2, keys % 2 == 1
-            )
+            members, sizes = routing.groups_at(switch, down_rows, up_rows, keys // 2, keys % 2 == 1)
             size = sizes[inverse]
             stuck = size == 0
             if stuck.any():
