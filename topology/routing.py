@@ -156,10 +156,14 @@ class Routing:
         goes_down, goes_up = self._down[out][None, :], self._up[out][None, :]
         # The rules of next_hops: once descending, down along down_dist only; while climbing,
         # along the shortest valley-free distance, up or down.
-        falling = goes_down & (d_next == (d_here - 1)[:, None])
-        target = (u_here - 1)[:, None]
-        climbing = (goes_down & (d_next == target)) | (goes_up & (u_next == target))
-        mask = np.where(descending[:, None], falling, climbing)
+        if descending.all():
+            mask = goes_down & (d_next == (d_here - 1)[:, None])
+        else:
+            target = (u_here - 1)[:, None]
+            mask = (goes_down & (d_next == target)) | (goes_up & (u_next == target))
+            if descending.any():
+                falling = goes_down & (d_next == (d_here - 1)[:, None])
+                mask = np.where(descending[:, None], falling, mask)
         mask &= np.where(descending, d_here < UNREACHABLE, u_here < UNREACHABLE)[:, None]
         order = np.argsort(~mask, axis=1, kind="stable")  # members first, in member order
         members = np.take_along_axis(np.where(mask, out[None, :], -1), order, axis=1)
