@@ -209,8 +209,8 @@ def plan_cmd(
             console.print(f"wrote {output}")
 
         with phase("report"):
-            if timings:
-                data["timings"] = clock.seconds  # filled in as the report is written
+            if timings:  # every phase but this one (the JSON is written inside it)
+                data["timings"] = dict(clock.seconds)
             emit(json_path, data, render)
         if timings:
             Console(stderr=True).print(clock.line(), highlight=False)
