@@ -35,10 +35,13 @@ JSON is written and falls in ``startup+exit``)."""
 FABRICS = {"2-tier": "rail-optimized", "3-tier": "fat-tree"}
 
 
-def run(command: list[str]) -> tuple[float, float, int]:
-    """Wall seconds, CPU seconds (user + system) and peak resident KiB of one command."""
+def run(command: list[str], cwd: Path) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds (user + system) and peak resident KiB of one command.
+
+    It runs in ``cwd`` (a scratch directory): ``python -c`` puts the working directory first
+    on ``sys.path``, which would shadow the checkout being timed with this one."""
     start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     assert proc.stderr is not None
@@ -60,6 +63,7 @@ def make_inputs(c4p: list[str], work: Path, tiers: str, gpus: int) -> dict[str, 
         [*c4p, "fabric", "generate", FABRICS[tiers], "--gpus", str(gpus), "-o", str(fabric)],
         check=True,
         stdout=subprocess.DEVNULL,
+        cwd=work,
     )
     hosts = len(json.loads(fabric.read_text())["hosts"])
     ring = work / f"{tiers}-{gpus}-ring.json"
@@ -68,6 +72,7 @@ def make_inputs(c4p: list[str], work: Path, tiers: str, gpus: int) -> dict[str, 
          "--hosts", str(hosts), "--placement", "random"],
         check=True,
         stdout=subprocess.DEVNULL,
+        cwd=work,
     )  # fmt: skip
     shuffled = work / f"{tiers}-{gpus}-shuffled.json"
     save_model(permutation_jobs(qps=1, seed=0)(load_fabric(fabric)), shuffled)
@@ -88,7 +93,7 @@ def measure(
                    "-o", str(work / "plan.json")]  # fmt: skip
         if phased:
             command += ["--timings", "--json", str(figures)]
-        wall, cpu, peak = run(command)
+        wall, cpu, peak = run(command, work)
         seconds = json.loads(figures.read_text())["timings"] if phased else {}
         walls.append(wall)
         cpus.append(cpu)
