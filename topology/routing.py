@@ -151,7 +151,8 @@ class Routing:
         """
         out = self._out[switch]
         nxt = self.index.res_dst[out]
-        d_next, u_next = down[np.ix_(rows, nxt)], up[np.ix_(rows, nxt)]
+        column = rows[:, None]
+        d_next, u_next = down[column, nxt], up[column, nxt]
         d_here, u_here = down[rows, switch], up[rows, switch]
         goes_down, goes_up = self._down[out][None, :], self._up[out][None, :]
         # The rules of next_hops: once descending, down along down_dist only; while climbing,
@@ -165,9 +166,11 @@ class Routing:
                 falling = goes_down & (d_next == (d_here - 1)[:, None])
                 mask = np.where(descending[:, None], falling, mask)
         mask &= np.where(descending, d_here < UNREACHABLE, u_here < UNREACHABLE)[:, None]
+        sizes = np.count_nonzero(mask, axis=1)
+        if bool((sizes == mask.shape[1]).all()):  # every member in every group (climbing)
+            return np.broadcast_to(out, mask.shape), sizes
         order = np.argsort(~mask, axis=1, kind="stable")  # members first, in member order
-        members = np.take_along_axis(np.where(mask, out[None, :], -1), order, axis=1)
-        return members, np.count_nonzero(mask, axis=1)
+        return np.take_along_axis(np.where(mask, out[None, :], -1), order, axis=1), sizes
 
     @property
     def down_mask(self) -> BoolArray:
