@@ -107,7 +107,7 @@ def plan_cmd(
         bool,
         typer.Option(
             "--timings",
-            help="Print the seconds each phase took (imports, load, validate, baselines, "
+            help="Print the seconds each phase took (imports, load, validate, ecmp, greedy, "
             "solve, write, evaluate, report) on standard error, and add them to --json.",
         ),
     ] = False,
@@ -140,8 +140,9 @@ def plan_cmd(
                 matching = match_previous_plan(before, fabric, workload.flows, previous_path)
                 previous = Plan.from_plan_file(before, fabric)
         with progress(f"planning {len(workload.flows):,} flows (budget {budget:g} s)"):
-            with phase("baselines"):
+            with phase("ecmp"):
                 ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
+            with phase("greedy"):
                 greedy = plan(fabric, workload, strategy="greedy", seed=seed)
             with phase("solve"):
                 result = plan(

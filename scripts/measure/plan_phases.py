@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-PHASES = ("imports", "load", "validate", "baselines", "solve", "write", "evaluate")
+PHASES = ("imports", "load", "validate", "ecmp", "greedy", "solve", "write", "evaluate")
 """What ``--timings`` reports in ``--json`` (rendering the tables, ``report``, comes after the
 JSON is written and falls in ``startup+exit``)."""
 FABRICS = {"2-tier": "rail-optimized", "3-tier": "fat-tree"}
