@@ -143,8 +143,9 @@ def bulk_allocation() -> Iterator[None]:
     Why: loading a 16k-GPU fabric makes some 100,000 objects that all live to the end of the
     command; CPython's collector, triggered by every 700 new objects, walks the whole growing
     heap again and again, which cost 0.3 s of a 0.5 s fabric validation (measured with
-    ``time.process_time``). The data has no reference cycles to collect, reference counting
-    still frees everything else at once, and the collector is back on (and run) afterwards.
+    ``time.process_time``). What it would find is little and lives to the end anyway (a
+    fabric and its cached index refer to each other); reference counting still frees everything
+    else at once, and the collector is back on afterwards if it was on before.
     """
     was_enabled = gc.isenabled()
     gc.disable()
