@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from topology.addresses import fast_ipv4, fast_ipv6
 from topology.generators import generate
 from topology.model import (
     Fabric,
@@ -25,8 +26,6 @@ from topology.model import (
     NicPort,
     Switch,
     SwitchAddress,
-    _fast_ipv4,
-    _fast_ipv6,
     find_problems,
     is_sound,
 )
@@ -46,8 +45,8 @@ def reference(cls: type[ipaddress.IPv4Address] | type[ipaddress.IPv6Address], te
         st.integers(0, 2**32 - 1).map(lambda n: str(ipaddress.IPv4Address(n))),
     )
 )
-def test_fast_ipv4_agrees_with_ipaddress(text: str) -> None:
-    fast = _fast_ipv4(text)
+def testfast_ipv4_agrees_with_ipaddress(text: str) -> None:
+    fast = fast_ipv4(text)
     expected = reference(ipaddress.IPv4Address, text)
     if fast is text:  # handed on to pydantic's own validator
         return
@@ -63,8 +62,8 @@ def test_fast_ipv4_agrees_with_ipaddress(text: str) -> None:
         st.integers(0, 2**128 - 1).map(lambda n: ipaddress.IPv6Address(n).exploded),
     )
 )
-def test_fast_ipv6_agrees_with_ipaddress(text: str) -> None:
-    fast = _fast_ipv6(text)
+def testfast_ipv6_agrees_with_ipaddress(text: str) -> None:
+    fast = fast_ipv6(text)
     expected = reference(ipaddress.IPv6Address, text)
     if fast is text:
         return
@@ -74,13 +73,13 @@ def test_fast_ipv6_agrees_with_ipaddress(text: str) -> None:
 
 def test_fast_paths_are_taken_for_ordinary_addresses() -> None:
     """Otherwise the speed-up silently disappears (the values are checked above)."""
-    assert isinstance(_fast_ipv4("10.1.2.3"), ipaddress.IPv4Address)
-    assert isinstance(_fast_ipv6("::ffff:a00:1"), ipaddress.IPv6Address)
-    assert isinstance(_fast_ipv6("fe80::1"), ipaddress.IPv6Address)
+    assert isinstance(fast_ipv4("10.1.2.3"), ipaddress.IPv4Address)
+    assert isinstance(fast_ipv6("::ffff:a00:1"), ipaddress.IPv6Address)
+    assert isinstance(fast_ipv6("fe80::1"), ipaddress.IPv6Address)
     for odd in ("010.1.2.3", "1.2.3", "256.1.1.1", " 1.2.3.4", "1.2.3.4\n", 5):
-        assert _fast_ipv4(odd) is odd
+        assert fast_ipv4(odd) is odd
     for odd in ("fe80::1%eth0", "::ffff:1.2.3.4", "1:::2", "12345::", 7):
-        assert _fast_ipv6(odd) is odd
+        assert fast_ipv6(odd) is odd
 
 
 FABRICS = [
