@@ -300,3 +300,57 @@ def test_entry_point_still_knows_every_command() -> None:
     )
     for command in ("generate", "show", "discover", "emulate"):
         assert command in sub.stdout
+
+
+def reference_distances(fabric: Fabric, leaf: int) -> tuple[list[int], list[int]]:
+    """Valley-free distances toward ``leaf`` by plain relaxation, from the definitions in
+    ``topology.routing``: ``down`` over usable links to a lower tier only; ``up`` the shortest
+    valley-free distance, ``min(down, 1 + min over usable links to a higher tier of up)``."""
+    from topology.routing import UNREACHABLE
+
+    index = fabric.index
+    n = index.num_switches
+    tier = index.tier.tolist()
+    arcs = [
+        (int(u), int(v))
+        for u, v, ok in zip(index.res_src, index.res_dst, index.res_usable, strict=True)
+        if ok and u < n and v < n
+    ]
+    down = [UNREACHABLE] * n
+    down[leaf] = 0
+    for _ in range(n):  # Bellman-Ford style, bounded by the number of switches
+        changed = False
+        for u, v in arcs:
+            if tier[v] < tier[u] and down[v] + 1 < down[u]:
+                down[u], changed = down[v] + 1, True
+        if not changed:
+            break
+    up = list(down)
+    for _ in range(n):
+        changed = False
+        for u, v in arcs:
+            if tier[v] > tier[u] and up[v] + 1 < up[u]:
+                up[u], changed = up[v] + 1, True
+        if not changed:
+            break
+    return down, up
+
+
+@pytest.mark.parametrize("name", list(FABRICS))
+def test_routing_distances_equal_a_plain_relaxation(name: str) -> None:
+    """``Routing.table`` (per-tier minima with ``reduceat``) against the definition."""
+    rng = np.random.default_rng(7)
+    base = FABRICS[name]
+    fabrics = [base] + [
+        base.with_link_status(
+            {int(i): LinkStatus.DOWN for i in rng.choice(len(base.links), 5, replace=False)}
+        )
+        for _ in range(4)
+    ]
+    for fabric in fabrics:
+        routing = fabric.index.routing
+        for leaf in range(fabric.index.num_switches):
+            table = routing.table(leaf)
+            down, up = reference_distances(fabric, leaf)
+            assert table.down_dist.tolist() == down
+            assert table.up_dist.tolist() == up
