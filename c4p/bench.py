@@ -340,7 +340,9 @@ def markdown(rows: Sequence[Row], command: str, seconds: float) -> str:
         + "\n\n![solve time and quality](benchmarks.png)\n\n"
         "Failed and drained links, full plans and re-plans on 4,096 and 16,384 GPUs: the "
         "failure ladder, [benchmarks-failures.md](benchmarks-failures.md) "
-        "(`c4p bench --failures`).\n"
+        "(`c4p bench --failures`).\n\n"
+        "The whole `c4p plan` command (imports, loading, validation, baselines, writing) per "
+        "phase: [benchmarks-plan.md](benchmarks-plan.md) (`scripts/measure/plan_phases.py`).\n"
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -17,8 +17,10 @@ from solver.evaluate import Evaluation
 from solver.flows import Flow
 from solver.jobs import JobsFile
 from solver.result import Plan
-from topology.analysis import FabricSummary
 from topology.model import Fabric
+
+if TYPE_CHECKING:  # networkx is a tenth of a second to import, and plan never needs it
+    from topology.analysis import FabricSummary
 
 
 def _pct(value: float | None) -> str:

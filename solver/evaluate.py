@@ -41,7 +41,7 @@ non-blocking fabric predicts 1.0 and one collision on every ring 0.5. (nccl-test
 
 from __future__ import annotations
 
-from collections import Counter
+import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -164,9 +164,13 @@ def switch_resources(fabric: Fabric) -> IntArray:
 def reference_line_rate(fabric: Fabric) -> float:
     """The most common NIC port speed (Gb/s) of the cabled ports; the fastest link if none."""
     index = fabric.index
-    speeds = Counter(index.line_rate(p.node) for p in index.ports if index.out_resources[p.node])
-    if speeds:
-        return float(speeds.most_common(1)[0][0])
+    uplinks = index.port_uplinks[index.num_switches :]
+    speeds = index.res_capacity[uplinks[uplinks >= 0]]
+    if speeds.size:
+        # The most common speed; among equally common ones the first met (as Counter would).
+        values, first, counts = np.unique(speeds, return_index=True, return_counts=True)
+        common = np.flatnonzero(counts == counts.max())
+        return float(values[common[np.argmin(first[common])]])
     return float(np.max(index.res_capacity, initial=1.0))
 
 
@@ -228,32 +232,89 @@ def evaluate(
     )
 
 
+@dataclass(frozen=True, eq=False)
+class _Grouping:
+    """How a workload's flows group into rank pairs and communicators (paths play no part).
+
+    Why cached: ``c4p plan`` evaluates ECMP and the plan over the same workload, and at 16k
+    GPUs building these keys was most of an evaluation.
+    """
+
+    keys: list[tuple[str, str, int, int, int]]
+    """Per rank pair: (job, communicator, src rank, dst rank, tree), in first-seen order."""
+    pair_of_flow: IntArray
+    divisor: FloatArray
+    comm_index: dict[tuple[str, str], int]
+    """Communicator keys (job, id) numbered: the numbers the arrays below use."""
+    comm_of_pair: IntArray
+    comm_of_flow: IntArray
+    connections: IntArray
+    """Per communicator key: its connections and flows."""
+    flows: IntArray
+
+
+_GROUPINGS: weakref.WeakKeyDictionary[Workload, _Grouping] = weakref.WeakKeyDictionary()
+
+
+def _grouping(workload: Workload) -> _Grouping:
+    found = _GROUPINGS.get(workload)
+    if found is not None:
+        return found
+    key_of: dict[tuple[str, str, int, int, int], int] = {}
+    conn_pair: list[int] = []
+    divisor: list[int] = []
+    for c in workload.connections:
+        key = (c.job, c.communicator, c.src_rank, c.dst_rank, c.tree)
+        k = key_of.get(key)
+        if k is None:
+            k = key_of[key] = len(key_of)
+            divisor.append(c.pairs)
+        conn_pair.append(k)
+    pair_of_flow = np.asarray(conn_pair, dtype=np.int64)[workload.flow_connection]
+    # Communicators by (job, id): those of the connections, then any without connections.
+    comm_index: dict[tuple[str, str], int] = {}
+    comm_of_conn = np.asarray(
+        [
+            comm_index.setdefault((c.job, c.communicator), len(comm_index))
+            for c in workload.connections
+        ],
+        dtype=np.int64,
+    )
+    for comm in workload.communicators:
+        comm_index.setdefault((comm.job, comm.id), len(comm_index))
+    comm_of_pair = np.asarray([comm_index[(job, comm)] for job, comm, *_ in key_of], np.int64)
+    comm_of_flow = comm_of_conn[workload.flow_connection]
+    found = _Grouping(
+        keys=list(key_of),
+        pair_of_flow=pair_of_flow,
+        divisor=np.asarray(divisor, dtype=np.float64),
+        comm_index=comm_index,
+        comm_of_pair=comm_of_pair,
+        comm_of_flow=comm_of_flow,
+        connections=np.bincount(comm_of_conn, minlength=len(comm_index)),
+        flows=np.bincount(comm_of_flow, minlength=len(comm_index)),
+    )
+    _GROUPINGS[workload] = found
+    return found
+
+
 def _pairs(workload: Workload, rates: FloatArray, weights: FloatArray) -> list[PairResult]:
     """Group flows into rank pairs and compute each pair's rate (see the module docstring)."""
-    key_of: dict[tuple[str, str, int, int, int], int] = {}
-    conn_pair = np.empty(len(workload.connections), dtype=np.int64)
-    divisor: list[int] = []
-    for i, c in enumerate(workload.connections):
-        key = (c.job, c.communicator, c.src_rank, c.dst_rank, c.tree)
-        if key not in key_of:
-            key_of[key] = len(key_of)
-            divisor.append(c.pairs)
-        conn_pair[i] = key_of[key]
-    pair_of_flow = conn_pair[workload.flow_connection]
-    count = len(key_of)
+    grouping = _grouping(workload)
+    pair_of_flow = grouping.pair_of_flow
+    count = len(grouping.keys)
     total_weight = np.bincount(pair_of_flow, weights=weights, minlength=count)
     total_rate = np.bincount(pair_of_flow, weights=rates, minlength=count)
     flows = np.bincount(pair_of_flow, minlength=count)
     least_share = np.full(count, np.inf)
     np.minimum.at(least_share, pair_of_flow, rates / weights)
-    effective = total_weight * least_share / np.asarray(divisor, dtype=np.float64)
-    results = [
-        PairResult(
-            job, comm, src, dst, tree, int(flows[k]), float(effective[k]), float(total_rate[k])
+    effective = total_weight * least_share / grouping.divisor
+    return [
+        PairResult(job, comm, src, dst, tree, n, rate, total)
+        for (job, comm, src, dst, tree), n, rate, total in zip(
+            grouping.keys, flows.tolist(), effective.tolist(), total_rate.tolist(), strict=True
         )
-        for (job, comm, src, dst, tree), k in key_of.items()
     ]
-    return results
 
 
 def _communicators(
@@ -261,19 +322,22 @@ def _communicators(
     pairs: list[PairResult],
     reachable: np.ndarray[Any, np.dtype[np.bool_]],
 ) -> list[CommunicatorResult]:
-    by_comm: dict[tuple[str, str], list[PairResult]] = {}
-    for p in pairs:
-        by_comm.setdefault((p.job, p.communicator), []).append(p)
-    conns = Counter((c.job, c.communicator) for c in workload.connections)
-    flow_count = Counter((f.job, f.communicator) for f in workload.flows)
-    lost = Counter(
-        (f.job, f.communicator) for f, ok in zip(workload.flows, reachable, strict=True) if not ok
-    )
+    grouping = _grouping(workload)
+    count = len(grouping.comm_index)
+    # Each communicator's slowest pair: the first (in pair order) of the lowest rate.
+    rate = np.fromiter((p.rate_gbps for p in pairs), np.float64, count=len(pairs))
+    order = np.lexsort((np.arange(len(pairs)), rate, grouping.comm_of_pair))
+    firsts = np.flatnonzero(np.diff(grouping.comm_of_pair[order], prepend=-1) != 0)
+    slowest_of: dict[int, int] = {
+        int(grouping.comm_of_pair[order[i]]): int(order[i]) for i in firsts.tolist()
+    }
+    lost = np.bincount(grouping.comm_of_flow[~reachable], minlength=count).tolist()
+    conns, flow_count = grouping.connections.tolist(), grouping.flows.tolist()
     results: list[CommunicatorResult] = []
     for comm in workload.communicators:
-        key = (comm.job, comm.id)
-        members = by_comm.get(key, [])
-        slowest = min(members, key=lambda p: p.rate_gbps) if members else None
+        i = grouping.comm_index[(comm.job, comm.id)]
+        k = slowest_of.get(i)
+        slowest = pairs[k] if k is not None else None
         busbw = busbw_factor(comm) * slowest.rate_gbps if slowest else None
         results.append(
             CommunicatorResult(
@@ -282,9 +346,9 @@ def _communicators(
                 pattern=comm.pattern.value,
                 collective=comm.collective.value,
                 ranks=comm.size,
-                connections=conns[key],
-                flows=flow_count[key],
-                unreachable=lost[key],
+                connections=conns[i],
+                flows=flow_count[i],
+                unreachable=lost[i],
                 slowest_pair=(slowest.src_rank, slowest.dst_rank) if slowest else None,
                 slowest_rate_gbps=slowest.rate_gbps if slowest else None,
                 busbw_gbps=busbw,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Self
 
+import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from solver.errors import JobError
@@ -275,24 +276,34 @@ class RankNic:
     ports: tuple[str, ...]
     where: str
     """The field path that placed this rank, for error messages."""
+    line_rate: float = 0.0
+    """The NIC's line rate: the sum of its cabled ports' speeds (Gb/s), as
+    :func:`solver.flows.nic_line_rate` gives it."""
 
 
-NicMap = dict[str, dict[str, tuple[int, tuple[str, ...]]]]
+NicMap = dict[str, dict[str, tuple[int, tuple[str, ...], float]]]
 _NIC_MAPS: weakref.WeakKeyDictionary[FabricIndex, NicMap] = weakref.WeakKeyDictionary()
 
 
 def _nics_of_host(fabric: Fabric) -> NicMap:
-    """Host -> NIC -> (rail, port nodes), built once per fabric snapshot (kept with its index)."""
-    found = _NIC_MAPS.get(fabric.index)
+    """Host -> NIC -> (rail, port nodes, line rate), built once per fabric snapshot (kept with
+    its index)."""
+    index = fabric.index
+    found = _NIC_MAPS.get(index)
     if found is None:
-        found = {
-            h.name: {
-                nic.name: (rail, tuple(f"{h.name}:{p.name}" for p in nic.ports))
-                for rail, nic in enumerate(h.nics)
-            }
-            for h in fabric.hosts
-        }
-        _NIC_MAPS[fabric.index] = found
+        names = index.node_names
+        cabled = (index.port_uplinks >= 0).tolist()
+        speed = index.res_capacity[np.maximum(index.port_uplinks, 0)].tolist()
+        found = {}
+        for port in index.ports:  # host by host, NIC by NIC, port by port
+            nics = found.setdefault(port.host.name, {})
+            rail, ports, rate = nics.get(port.nic.name, (port.rail, (), 0))
+            if cabled[port.node]:
+                rate += speed[port.node]  # summed in port order, as nic_line_rate does
+            nics[port.nic.name] = (rail, (*ports, names[port.node]), rate)
+        for host in fabric.hosts:  # a host always has NICs, a NIC always ports; but be exact
+            found.setdefault(host.name, {})
+        _NIC_MAPS[index] = found
     return found
 
 
@@ -311,8 +322,8 @@ def _placement(
                 problems.append((at, f"host {host!r} is already {where}.hosts[{first[host]}]"))
             else:
                 first[host] = k
-                for nic, (rail, ports) in hosts[host].items():
-                    placed.append(RankNic(len(placed), host, nic, rail, ports, at))
+                for nic, (rail, ports, rate) in hosts[host].items():
+                    placed.append(RankNic(len(placed), host, nic, rail, ports, at, rate))
         return placed
     assert job.ranks is not None
     for k, spec in enumerate(job.ranks):
@@ -322,8 +333,8 @@ def _placement(
         elif spec.nic not in hosts[spec.host]:
             problems.append((f"{at}.nic", f"host {spec.host!r} has no NIC {spec.nic!r}"))
         else:
-            rail, ports = hosts[spec.host][spec.nic]
-            placed.append(RankNic(spec.rank, spec.host, spec.nic, rail, ports, at))
+            rail, ports, rate = hosts[spec.host][spec.nic]
+            placed.append(RankNic(spec.rank, spec.host, spec.nic, rail, ports, at, rate))
     return placed
 
 
@@ -338,12 +349,31 @@ def job_ranks(fabric: Fabric, job: JobSpec) -> tuple[RankNic, ...]:
 
 def find_job_problems(fabric: Fabric, jobs: JobsFile) -> Iterator[tuple[str, str]]:
     """Every way the jobs do not fit the fabric, as ``(field path, reason)``."""
+    return _job_problems(fabric, jobs, [])
+
+
+def checked_placements(
+    fabric: Fabric, jobs: JobsFile, source: str | None = None
+) -> list[tuple[RankNic, ...]]:
+    """Each job's ranks in rank order (as :func:`job_ranks`), once :func:`check_jobs` found
+    nothing wrong: the check places every rank anyway, so the placement is not done twice."""
+    placed: list[list[RankNic]] = []
+    problems = list(_job_problems(fabric, jobs, placed))
+    if problems:
+        raise JobError(problems, source)
+    return [tuple(ranks) for ranks in placed]  # in rank order, as job_ranks gives them
+
+
+def _job_problems(
+    fabric: Fabric, jobs: JobsFile, placed: list[list[RankNic]]
+) -> Iterator[tuple[str, str]]:
     index = fabric.index
     owner: dict[tuple[str, str], tuple[str, str]] = {}
     for i, job in enumerate(jobs.jobs):
         where = f"jobs[{i}]"
         problems: list[tuple[str, str]] = []
         ranks = _placement(fabric, job, where, problems)
+        placed.append(ranks)
         yield from problems
         for r in ranks:
             key = (r.host, r.nic)
@@ -390,6 +420,4 @@ def _communicator_problems(
 
 def check_jobs(fabric: Fabric, jobs: JobsFile, source: str | None = None) -> None:
     """Refuse jobs that do not fit the fabric, listing every problem with its field path."""
-    problems = list(find_job_problems(fabric, jobs))
-    if problems:
-        raise JobError(problems, source)
+    checked_placements(fabric, jobs, source)

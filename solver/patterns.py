@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from solver.errors import JobError
-from solver.flows import Communicator, Connection, Flow, Workload, nic_line_rate
+from solver.flows import Communicator, Connection, Flow, Workload
 from solver.jobs import (
     Collective,
     CommunicatorSpec,
@@ -42,8 +42,7 @@ from solver.jobs import (
     Layout,
     Pattern,
     RankNic,
-    check_jobs,
-    job_ranks,
+    checked_placements,
 )
 from topology.model import Fabric
 
@@ -151,7 +150,7 @@ def _communicator(
         size=len(members),
         trees=spec.trees if spec.pattern is Pattern.TREE else 1,
         priority=job.priority,
-        line_rate_gbps=min(nic_line_rate(fabric, r.ports) for r in members),
+        line_rate_gbps=min(r.line_rate for r in members),
     )
 
 
@@ -161,8 +160,7 @@ def derive_workload(fabric: Fabric, jobs: JobsFile, source: str | None = None) -
     Raises :class:`JobError` (with field paths) if the jobs do not fit the fabric or would
     make more than :data:`MAX_FLOWS` flows.
     """
-    check_jobs(fabric, jobs, source)
-    placed = [job_ranks(fabric, job) for job in jobs.jobs]
+    placed = checked_placements(fabric, jobs, source)
     estimate = sum(
         _flow_count(ranks, spec)
         for job, ranks in zip(jobs.jobs, placed, strict=True)

@@ -101,27 +101,36 @@ def plan_json_text(
         raise ValueError(f"{len(paths)} paths for {len(flows)} flows")
     PlanFile(fabric=fabric.name, strategy=strategy, seed=seed)  # the header's own checks
     index = fabric.index
-    names = index.node_names
     src, dst = index.res_src.tolist(), index.res_dst.tolist()
     dumps = json.dumps
     head: dict[str, object] = {"fabric": fabric.name, "strategy": strategy}
     if seed is not None:
         head["seed"] = seed
+    # Every string is encoded by json.dumps once per distinct value (node names, ids), and
+    # each line is put together from those pieces in the order json.dumps(item) writes them:
+    # the same bytes as before, at a third of the cost.
+    encoded: dict[str, str] = {}
+
+    def enc(text: str) -> str:
+        found = encoded.get(text)
+        if found is None:
+            found = encoded[text] = dumps(text)
+        return found
+
+    names = index.node_names
     lines = []
     for f, p in zip(flows, paths, strict=True):
-        item: dict[str, object] = {
-            "job": f.job,
-            "communicator": f.communicator,
-            "connection": f.connection,
-            "qp": f.qp,
-            "src": f.src,
-            "dst": f.dst,
-        }
+        line = (
+            f'{{"job": {enc(f.job)}, "communicator": {enc(f.communicator)}, '
+            f'"connection": {f.connection:d}, "qp": {f.qp:d}, '
+            f'"src": {enc(f.src)}, "dst": {enc(f.dst)}'
+        )
         if f.rate != 1.0:
-            item["rate"] = f.rate
+            line += f', "rate": {dumps(f.rate)}'
         if p:
-            item["path"] = [names[src[p[0]]], *(names[dst[r]] for r in p)]
-        lines.append(dumps(item))
+            hops = [enc(names[src[p[0]]]), *(enc(names[dst[r]]) for r in p)]
+            line += ', "path": [' + ", ".join(hops) + "]"
+        lines.append(line + "}")
     fields = [f" {dumps(k)}: {dumps(v)}" for k, v in head.items()]
     if lines:
         fields.append(' "flows": [\n  ' + ",\n  ".join(lines) + "\n ]")

@@ -13,7 +13,6 @@ from enum import StrEnum
 from pathlib import PurePath
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from topology.errors import FabricFileError
@@ -73,26 +72,36 @@ def problems_of(error: ValidationError) -> list[tuple[str, str]]:
     return found
 
 
-_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""libyaml's safe loader where PyYAML was built with it (about 10x faster on a 16k-GPU fabric
-file: tens of seconds become seconds), else the pure-Python one; both build plain data only."""
+def _yaml() -> Any:
+    """PyYAML, imported on first use: JSON files (the fast, common case for large fabrics and
+    plans) never need it."""
+    import yaml
 
-_SafeDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml
+
+
+def _safe(yaml: Any, kind: str) -> Any:
+    """libyaml's safe loader or dumper where PyYAML was built with it (about 10x faster on a
+    16k-GPU fabric file: tens of seconds become seconds), else the pure-Python one; both build
+    plain data only."""
+    return getattr(yaml, f"CSafe{kind}", getattr(yaml, f"Safe{kind}"))
 
 
 def parse_data(text: str, fmt: TextFormat, source: str) -> Any:
     """Parse YAML or JSON text; syntax errors become :class:`FabricFileError` with the line."""
-    try:
-        if fmt is TextFormat.JSON:
+    if fmt is TextFormat.JSON:
+        try:
             return json.loads(text)
-        return yaml.load(text, Loader=_SafeLoader)
-    except json.JSONDecodeError as exc:
-        raise FabricFileError(source, [("", f"not valid JSON: {exc}")]) from None
+        except json.JSONDecodeError as exc:
+            raise FabricFileError(source, [("", f"not valid JSON: {exc}")]) from None
+    yaml = _yaml()
+    try:
+        return yaml.load(text, Loader=_safe(yaml, "Loader"))
     except yaml.YAMLError as exc:
         raise FabricFileError(source, [("", f"not valid YAML: {_yaml_problem(exc)}")]) from None
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+def _yaml_problem(exc: Exception) -> str:
     """``line 3, column 1: expected ',' or ']', but got '<stream end>'`` (PyYAML's own text
     spans lines and names ``<unicode string>`` instead of the file)."""
     mark = getattr(exc, "problem_mark", None)
@@ -106,7 +115,12 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 def parse_model(cls: type[M], text: str, fmt: TextFormat, source: str) -> M:
     """Text -> validated model, or :class:`FabricFileError` naming file, field path and reason."""
-    data = parse_data(text, fmt, source)
+    return validate_data(cls, parse_data(text, fmt, source), source)
+
+
+def validate_data(cls: type[M], data: Any, source: str) -> M:
+    """Parsed data -> validated model, or :class:`FabricFileError` naming file, field path and
+    reason."""
     if not isinstance(data, dict):
         raise FabricFileError(
             source, [("", f"expected a mapping at the top, got {type(data).__name__}")]
@@ -122,9 +136,9 @@ def dump_model(model: BaseModel, fmt: TextFormat) -> str:
     data = model.model_dump(mode="json", exclude_defaults=True)
     if fmt is TextFormat.JSON:
         return _json_text(data)
-    return str(
-        yaml.dump(data, Dumper=_SafeDumper, sort_keys=False, default_flow_style=None, width=100)
-    )
+    yaml = _yaml()
+    dumper = _safe(yaml, "Dumper")
+    return str(yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=None, width=100))
 
 
 def _json_text(data: Any) -> str:

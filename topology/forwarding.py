@@ -213,29 +213,41 @@ def forward_many(
     goes_down = routing.down_mask
     moving = ok & (node != leaf)
 
+    # Distances toward every destination leaf, one row each; a flow knows its row.
+    leaves, leaf_row = np.unique(np.where(ok, leaf, 0), return_inverse=True)
+    leaf_row = leaf_row.reshape(-1)
+    down_rows, up_rows = routing.distance_rows(leaves)
     while moving.any():
         flows = np.flatnonzero(moving)
         if int(length[flows].max()) >= max_len - 1:  # distances strictly fall; only a guard
             raise PathError("forwarding loop: a path grew longer than the fabric allows")
-        group_key = (node[flows] * index.num_nodes + leaf[flows]) * 2 + descending[flows]
-        keys, inverse, sizes = np.unique(group_key, return_inverse=True, return_counts=True)
-        by_group = flows[np.argsort(inverse, kind="stable")]
-        ends = np.cumsum(sizes)
-        for k, key in enumerate(keys.tolist()):
-            members_of = by_group[ends[k] - sizes[k] : ends[k]]
-            switch, at_leaf, desc = key // 2 // index.num_nodes, key // 2 % index.num_nodes, key % 2
-            group = routing.next_hops(switch, at_leaf, bool(desc))
-            if not group:
-                ok[members_of] = False
-                moving[members_of] = False
-                continue
-            chosen = np.asarray(group, dtype=np.int64)[
-                hashes_for(profiles[switch])[members_of] % np.uint32(len(group))
-            ]
-            path[members_of, length[members_of]] = chosen
-            length[members_of] += 1
-            node[members_of] = index.res_dst[chosen]
-            descending[members_of] |= goes_down[chosen]
+        # One step for every travelling flow, switch by switch: each switch's groups toward
+        # all the destinations its flows go to come from one call (Routing.groups_at).
+        at = node[flows]
+        order = np.argsort(at, kind="stable")
+        flows, at = flows[order], at[order]
+        switches, starts = np.unique(at, return_index=True)
+        bounds = [*starts.tolist(), len(flows)]
+        for k, switch in enumerate(switches.tolist()):
+            mine = flows[bounds[k] : bounds[k + 1]]
+            key = leaf_row[mine] * 2 + descending[mine]
+            keys, inverse = np.unique(key, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            members, sizes = routing.groups_at(switch, down_rows, up_rows, keys // 2, keys % 2 == 1)
+            size = sizes[inverse]
+            stuck = size == 0
+            if stuck.any():
+                ok[mine[stuck]] = False
+                moving[mine[stuck]] = False
+                mine, inverse, size = mine[~stuck], inverse[~stuck], size[~stuck]
+                if not mine.size:
+                    continue
+            pick = hashes_for(profiles[switch])[mine] % size.astype(np.uint32)
+            chosen = members[inverse, pick.astype(np.int64)]
+            path[mine, length[mine]] = chosen
+            length[mine] += 1
+            node[mine] = index.res_dst[chosen]
+            descending[mine] |= goes_down[chosen]
         moving &= node != leaf
 
     result: list[tuple[int, ...]] = []

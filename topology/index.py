@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from topology.errors import PathError, UnknownNameError
-from topology.model import Fabric, Host, LinkStatus, Nic, NicPort, Switch, split_end
+from topology.model import Fabric, Host, LinkStatus, Nic, NicPort, Switch
 
 if TYPE_CHECKING:
     from topology.routing import Routing
@@ -52,71 +52,85 @@ class FabricIndex:
     """Numbered nodes and directed resources of one fabric snapshot (immutable)."""
 
     def __init__(self, fabric: Fabric) -> None:
+        # Written for a 16k-GPU fabric (50k nodes and links): plain lists first, numpy arrays
+        # from them at the end, and no per-item numpy element access.
         self.fabric = fabric
         self.switch_by_name: dict[str, Switch] = {s.name: s for s in fabric.switches}
         names: list[str] = [s.name for s in fabric.switches]
         self.num_switches = len(names)
         self.ports: list[PortInfo] = []
         for host in fabric.hosts:
+            prefix = host.name + ":"
             for rail, nic in enumerate(host.nics):
                 for number, port in enumerate(nic.ports):
-                    node = len(names)
-                    names.append(f"{host.name}:{port.name}")
-                    self.ports.append(PortInfo(host, nic, port, rail, number, node))
+                    self.ports.append(PortInfo(host, nic, port, rail, number, len(names)))
+                    names.append(prefix + port.name)
         self.node_names: tuple[str, ...] = tuple(names)
         self.node_of: dict[str, int] = {n: i for i, n in enumerate(names)}
         self.num_nodes = len(names)
         self.port_by_node: dict[int, PortInfo] = {p.node: p for p in self.ports}
-        self.node_of_address: dict[ipaddress.IPv4Address, int] = {
-            p.port.address: p.node for p in self.ports
-        }
 
         tier = np.zeros(self.num_nodes, dtype=np.int64)
         plane = np.full(self.num_nodes, -1, dtype=np.int64)
-        for i, s in enumerate(fabric.switches):
-            tier[i] = s.tier
-            plane[i] = s.plane
+        tier[: self.num_switches] = [s.tier for s in fabric.switches]
+        plane[: self.num_switches] = [s.plane for s in fabric.switches]
         self.tier: IntArray = tier
 
         num_links = len(fabric.links)
-        src = np.empty(2 * num_links, dtype=np.int64)
-        dst = np.empty(2 * num_links, dtype=np.int64)
-        capacity = np.empty(2 * num_links, dtype=np.float64)
-        usable = np.empty(2 * num_links, dtype=np.bool_)
-        self.res_interface: list[str] = [""] * (2 * num_links)
+        node_of, switches = self.node_of, self.switch_by_name
+        src: list[int] = []
+        interfaces: list[str] = []
+        speeds: list[float] = []
+        up: list[bool] = []
         self.link_of_end: dict[str, int] = {}
-        self.resource_between: dict[tuple[int, int], int] = {}
         for li, link in enumerate(fabric.links):
-            a_dev, a_if = split_end(link.a)
-            b_dev, b_if = split_end(link.b)
-            a = self._node_for_end(link.a, a_dev)
-            b = self._node_for_end(link.b, b_dev)
-            for r, (u, v, interface) in enumerate(((a, b, a_if), (b, a, b_if))):
-                res = 2 * li + r
-                src[res], dst[res] = u, v
-                capacity[res] = link.speed_gbps
-                usable[res] = link.status is LinkStatus.UP
-                self.res_interface[res] = interface
-                self.resource_between[(u, v)] = res
+            a_dev, _, a_if = link.a.partition(":")
+            b_dev, _, b_if = link.b.partition(":")
+            a = node_of[a_dev] if a_dev in switches else node_of[link.a]
+            b = node_of[b_dev] if b_dev in switches else node_of[link.b]
+            src += (a, b)
+            interfaces += (a_if, b_if)
+            speeds.append(link.speed_gbps)
+            up.append(link.status is LinkStatus.UP)
             self.link_of_end[link.a] = li
             self.link_of_end[link.b] = li
-        self.res_src: IntArray = src
-        self.res_dst: IntArray = dst
-        self.res_capacity: FloatArray = capacity
-        self.res_usable: BoolArray = usable
+        self.res_src: IntArray = np.array(src, dtype=np.int64).reshape(2 * num_links)
+        self.res_dst: IntArray = self.res_src.reshape(num_links, 2)[:, ::-1].reshape(-1).copy()
+        self.res_capacity: FloatArray = np.repeat(np.array(speeds, dtype=np.float64), 2)
+        self.res_usable: BoolArray = np.repeat(np.array(up, dtype=np.bool_), 2)
+        self.res_interface: list[str] = interfaces
         self.num_resources = 2 * num_links
+        dst = self.res_dst.tolist()
+        self.resource_between: dict[tuple[int, int], int] = dict(
+            zip(zip(src, dst, strict=True), range(self.num_resources), strict=True)
+        )
 
         out: list[list[int]] = [[] for _ in range(self.num_nodes)]
-        for res in range(self.num_resources):
-            out[int(src[res])].append(res)
+        for res, u in enumerate(src):
+            out[u].append(res)
+        # Interface names repeat on every switch (Ethernet1..64): each is split once.
+        keys: dict[str, tuple[tuple[int, int | str], ...]] = {}
+
+        def key(res: int) -> tuple[tuple[int, int | str], ...]:
+            name = interfaces[res]
+            found = keys.get(name)
+            if found is None:
+                found = keys[name] = natural_key(name)
+            return found
+
         self.out_resources: tuple[tuple[int, ...], ...] = tuple(
-            tuple(sorted(rs, key=lambda r: natural_key(self.res_interface[r]))) for rs in out
+            tuple(sorted(rs, key=key)) if len(rs) > 1 else tuple(rs) for rs in out
         )
         for p in self.ports:
-            sw = [int(dst[r]) for r in self.out_resources[p.node]]
-            if sw:
-                plane[p.node] = plane[sw[0]]
+            first = self.out_resources[p.node]
+            if first:
+                plane[p.node] = plane[dst[first[0]]]
         self.plane: IntArray = plane
+
+    @cached_property
+    def node_of_address(self) -> dict[ipaddress.IPv4Address, int]:
+        """NIC-port node by its address (built on first use: planning never asks)."""
+        return {p.port.address: p.node for p in self.ports}
 
     def _node_for_end(self, end: str, device: str) -> int:
         if device in self.switch_by_name:

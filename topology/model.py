@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
+from topology.addresses import IPv4, IPv6
 from topology.base import Frozen
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ INTERFACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
 
 _NAME_RE = re.compile(NAME_PATTERN)
 _INTERFACE_RE = re.compile(INTERFACE_PATTERN)
+_END_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*:[A-Za-z0-9][A-Za-z0-9._/-]*")
+"""A well-formed link end in one match (the common case); anything else gets the checks that
+say what is wrong."""
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
 
@@ -145,7 +149,7 @@ class Switch(Frozen):
     role: SwitchRole
     plane: int = Field(default=0, ge=0)
     pod: int | None = Field(default=None, ge=0)
-    mgmt_address: ipaddress.IPv4Address | None = None
+    mgmt_address: IPv4 | None = None
     addresses: tuple[SwitchAddress, ...] = ()
     hash: HashProfile = HashProfile()
 
@@ -163,8 +167,8 @@ class NicPort(Frozen):
     """One physical port of a NIC: the RoCE endpoint a QP is bound to."""
 
     name: Name
-    address: ipaddress.IPv4Address
-    gid: ipaddress.IPv6Address | None = None
+    address: IPv4
+    gid: IPv6 | None = None
 
 
 class Nic(Frozen):
@@ -192,6 +196,8 @@ class Link(Frozen):
     @field_validator("a", "b")
     @classmethod
     def _end_syntax(cls, value: str) -> str:
+        if _END_RE.fullmatch(value):
+            return value
         device, sep, interface = value.partition(":")
         if not sep or not _NAME_RE.match(device) or not interface:
             raise ValueError(f"{value!r} is not '<device>:<interface>'")
@@ -240,6 +246,8 @@ class Fabric(Frozen):
 
     @model_validator(mode="after")
     def _cross_references(self) -> Fabric:
+        if is_sound(self):  # the common case, checked with sets; else find out what is wrong
+            return self
         problems = list(find_problems(self))
         if problems:
             shown = "; ".join(str(p) for p in problems[:20])
@@ -406,3 +414,57 @@ def find_problems(fabric: Fabric) -> Iterator[FabricProblem]:
             )
         else:
             device_pairs[pair] = li
+
+
+def is_sound(fabric: Fabric) -> bool:
+    """True only if :func:`find_problems` would find nothing; False if it may find something.
+
+    Why a second check: :func:`find_problems` locates every problem by its field path, which
+    means a path string and a few dictionary entries for every name, address and link end:
+    0.3 s for a 16k-GPU fabric that has no problem at all. This asks the same questions of
+    whole columns at once (are these names distinct, is every end a known port), and the
+    validator runs :func:`find_problems` only when an answer is no, so errors read the same.
+    """
+    switch_names = [s.name for s in fabric.switches]
+    host_names = [h.name for h in fabric.hosts]
+    switch_set, host_set = set(switch_names), set(host_names)
+    if len(switch_set) + len(host_set) != len(switch_set | host_set) or (
+        len(switch_set) != len(switch_names) or len(host_set) != len(host_names)
+    ):
+        return False
+    port_nodes: set[str] = set()
+    addresses: list[Any] = []
+    for host in fabric.hosts:
+        nics = host.nics
+        if len(nics) > 1 and len({nic.name for nic in nics}) != len(nics):
+            return False
+        ports = [port for nic in nics for port in nic.ports]
+        if len(ports) > 1 and len({port.name for port in ports}) != len(ports):
+            return False
+        prefix = host.name + ":"
+        port_nodes.update(prefix + port.name for port in ports)
+        addresses.extend(port.address for port in ports)
+    for switch in fabric.switches:
+        if switch.mgmt_address is not None:
+            addresses.append(switch.mgmt_address)
+        addresses.extend(owned.address for owned in switch.addresses)
+    if len(set(addresses)) != len(addresses):
+        return False
+    ends = [end for link in fabric.links for end in (link.a, link.b)]
+    if len(set(ends)) != len(ends):
+        return False
+    nodes: list[str] = []
+    for end in ends:
+        device = end.partition(":")[0]
+        if device in switch_set:
+            nodes.append(device)
+        elif device in host_set and end in port_nodes:
+            nodes.append(end)
+        else:
+            return False
+    pairs = set()
+    for a, b in zip(nodes[0::2], nodes[1::2], strict=True):
+        if a == b or (":" in a and ":" in b):  # a loop, or two hosts joined
+            return False
+        pairs.add((a, b) if a < b else (b, a))
+    return len(pairs) == len(fabric.links)

@@ -7,12 +7,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from c4p import report
-from c4p.agent.static import host_files, write_host_files
-from c4p.cli.common import JsonOption, check_number, console, emit, guarded, progress
-from c4p.errors import C4pError
-from c4p.files import load_fabric, load_model, save_model, write_text
+from c4p.cli.common import (
+    JsonOption,
+    Timings,
+    bulk_allocation,
+    check_number,
+    console,
+    emit,
+    guarded,
+    progress,
+)
+from c4p.files import load_data, load_model, model_from_data, save_model, write_text
 from solver.ecmp import ecmp_paths
 from solver.evaluate import evaluate
 from solver.flows import Flow
@@ -21,9 +29,7 @@ from solver.patterns import derive_workload
 from solver.planner import STRATEGIES, plan
 from solver.plans import PlanFile, plan_json_text
 from solver.result import Plan
-from southbound.bindings import bindings_for_paths
-from southbound.routes import routes_from_flows
-from southbound.verify import verify
+from topology.errors import C4pError
 from topology.model import Fabric, LinkStatus
 
 
@@ -97,45 +103,77 @@ def plan_cmd(
         ),
     ] = None,
     json_path: JsonOption = None,
+    timings: Annotated[
+        bool,
+        typer.Option(
+            "--timings",
+            help="Print the seconds each phase took (imports, load, validate, ecmp, greedy, "
+            "solve, write, evaluate, report) on standard error, and add them to --json.",
+        ),
+    ] = False,
 ) -> None:
     """Plan every flow's path; compare with ECMP, greedy and the lower bound."""
+
+    clock = Timings()
 
     def body() -> None:
         check_number("--budget", budget, 0.0, 3600.0)
         if strategy not in STRATEGIES:
             raise C4pError(f"--strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        phase = clock.phase
         with progress(f"loading {fabric_path} and {jobs_path}"):
-            base = load_fabric(fabric_path)
-            fabric = apply_link_changes(base, fail or [], drain or [])
-            workload = derive_workload(fabric, load_model(JobsFile, jobs_path), str(jobs_path))
+            with phase("load"):
+                fabric_data = load_data(fabric_path)
+            with phase("validate"):
+                base = model_from_data(Fabric, fabric_data, fabric_path)
+                fabric = apply_link_changes(base, fail or [], drain or [])
+            with phase("load"):
+                jobs_data = load_data(jobs_path)
+            with phase("validate"):
+                jobs = model_from_data(JobsFile, jobs_data, jobs_path)
+                workload = derive_workload(fabric, jobs, str(jobs_path))
         previous = None
         matching: dict[str, int] | None = None
         if previous_path is not None:
-            before = load_model(PlanFile, previous_path)
-            matching = match_previous_plan(before, fabric, workload.flows, previous_path)
-            previous = Plan.from_plan_file(before, fabric)
+            with phase("load"):
+                before = load_model(PlanFile, previous_path)
+                matching = match_previous_plan(before, fabric, workload.flows, previous_path)
+                previous = Plan.from_plan_file(before, fabric)
         with progress(f"planning {len(workload.flows):,} flows (budget {budget:g} s)"):
-            ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
-            greedy = plan(fabric, workload, strategy="greedy", seed=seed)
-            result = plan(fabric, workload, previous, budget=budget, seed=seed, strategy=strategy)
-        if output.suffix.lower() == ".json":  # the common case, written without a model per flow
-            write_text(output, plan_json_text(fabric, result.flows, result.paths,
-                                              result.strategy, result.seed))  # fmt: skip
-        else:
-            save_model(result.to_plan_file(), output)
-        with progress("evaluating ECMP and the plan"):
+            with phase("ecmp"):
+                ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
+            with phase("greedy"):
+                greedy = plan(fabric, workload, strategy="greedy", seed=seed)
+            with phase("solve"):
+                result = plan(
+                    fabric, workload, previous, budget=budget, seed=seed, strategy=strategy
+                )
+        with phase("write"):
+            if output.suffix.lower() == ".json":  # the common case: no model per flow
+                write_text(output, plan_json_text(fabric, result.flows, result.paths,
+                                                  result.strategy, result.seed))  # fmt: skip
+            else:
+                save_model(result.to_plan_file(), output)
+        with progress("evaluating ECMP and the plan"), phase("evaluate"):
             evaluations = {
                 "ecmp": evaluate(fabric, workload, ecmp.paths),
                 "c4p": evaluate(fabric, workload, result.paths),
             }
-        comparison = report.PlanComparison(
-            ecmp=evaluations["ecmp"], greedy=greedy, c4p=result, c4p_eval=evaluations["c4p"]
-        )
-        data = report.plan_json(comparison)
+        with phase("evaluate"):
+            comparison = report.PlanComparison(
+                ecmp=evaluations["ecmp"], greedy=greedy, c4p=result, c4p_eval=evaluations["c4p"]
+            )
+            data = report.plan_json(comparison)
         if matching is not None:
             data["previous"] = matching
         check = None
         if bindings_path is not None or bindings_dir is not None:
+            # Imported here: most plans write no bindings, and these modules are slow to load.
+            from c4p.agent.static import host_files, write_host_files
+            from southbound.bindings import bindings_for_paths
+            from southbound.routes import routes_from_flows
+            from southbound.verify import verify
+
             routes = routes_from_flows(workload.flows, result.paths)
             bindings = bindings_for_paths(fabric, routes, epoch=1)
             if bindings_dir is not None:
@@ -171,6 +209,12 @@ def plan_cmd(
                 console.print(f"wrote {len(data['bindings_dir'])} host files under {bindings_dir}")
             console.print(f"wrote {output}")
 
-        emit(json_path, data, render)
+        with phase("report"):
+            if timings:  # every phase but this one (the JSON is written inside it)
+                data["timings"] = dict(clock.seconds)
+            emit(json_path, data, render)
+        if timings:
+            Console(stderr=True).print(clock.line(), highlight=False)
 
-    guarded(body)
+    with bulk_allocation():
+        guarded(body)

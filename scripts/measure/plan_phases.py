@@ -1,0 +1,164 @@
+"""``c4p plan`` end to end, per phase, as a user runs it: a fresh process per run.
+
+Cases: 2-tier (rail-optimized) and 3-tier (fat-tree) fabrics at 4,096 and 16,384 GPUs, each
+with two jobs files: a rail ring over every host placed at random (``c4p jobs generate
+--placement random``), and a shuffled ring (each host's ranks send to a random other host:
+``c4p.bench.permutation_jobs``, the issue's case, an explicit communicator of one connection
+per GPU). Every run is ``c4p plan --fabric F --jobs J -o plan.json --timings --json T``: the
+wall time and peak memory come from outside (``os.wait4``), the phases from the command itself
+(``imports``: from the first ``c4p.cli`` import to the command body; ``startup+exit``: wall
+minus every phase, the interpreter starting and ending).
+
+The machine is shared: figures are the median of ``--repeat`` runs; compare versions by
+running both side by side (``--c4p`` takes another checkout's ``c4p`` executable).
+
+Run: .venv/bin/python scripts/measure/plan_phases.py [--gpus 4096 16384] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PHASES = ("imports", "load", "validate", "ecmp", "greedy", "solve", "write", "evaluate")
+"""What ``--timings`` reports in ``--json`` (rendering the tables, ``report``, comes after the
+JSON is written and falls in ``startup+exit``)."""
+FABRICS = {"2-tier": "rail-optimized", "3-tier": "fat-tree"}
+
+
+def run(command: list[str], cwd: Path) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds (user + system) and peak resident KiB of one command.
+
+    It runs in ``cwd`` (a scratch directory): ``python -c`` puts the working directory first
+    on ``sys.path``, which would shadow the checkout being timed with this one."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}): {err.strip()}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+
+
+def make_inputs(c4p: list[str], work: Path, tiers: str, gpus: int) -> dict[str, tuple[Path, Path]]:
+    """The fabric file and the two jobs files of one case."""
+    from c4p.bench import permutation_jobs
+    from c4p.files import load_fabric, save_model
+
+    fabric = work / f"{tiers}-{gpus}.json"
+    subprocess.run(
+        [*c4p, "fabric", "generate", FABRICS[tiers], "--gpus", str(gpus), "-o", str(fabric)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=work,
+    )
+    hosts = len(json.loads(fabric.read_text())["hosts"])
+    ring = work / f"{tiers}-{gpus}-ring.json"
+    subprocess.run(
+        [*c4p, "jobs", "generate", "--fabric", str(fabric), "-o", str(ring), "--count", "1",
+         "--hosts", str(hosts), "--placement", "random"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=work,
+    )  # fmt: skip
+    shuffled = work / f"{tiers}-{gpus}-shuffled.json"
+    save_model(permutation_jobs(qps=1, seed=0)(load_fabric(fabric)), shuffled)
+    return {"ring": (fabric, ring), "shuffled": (fabric, shuffled)}
+
+
+def measure(
+    c4p: list[str], fabric: Path, jobs: Path, work: Path, repeat: int, phased: bool
+) -> dict[str, float]:
+    walls: list[float] = []
+    cpus: list[float] = []
+    rss: list[int] = []
+    phases: dict[str, list[float]] = {p: [] for p in PHASES}
+    rest: list[float] = []
+    for _ in range(repeat):
+        figures = work / "timings.json"
+        command = [*c4p, "plan", "--fabric", str(fabric), "--jobs", str(jobs),
+                   "-o", str(work / "plan.json")]  # fmt: skip
+        if phased:
+            command += ["--timings", "--json", str(figures)]
+        wall, cpu, peak = run(command, work)
+        seconds = json.loads(figures.read_text())["timings"] if phased else {}
+        walls.append(wall)
+        cpus.append(cpu)
+        rss.append(peak)
+        for p in PHASES:
+            phases[p].append(seconds.get(p, 0.0))
+        rest.append(wall - sum(seconds.values()))
+    out = {"wall": statistics.median(walls), "wall_min": min(walls)}
+    out["cpu"] = statistics.median(cpus)
+    out |= {p: statistics.median(v) for p, v in phases.items()}
+    out["startup+exit"] = statistics.median(rest)
+    out["rss_mb"] = statistics.median(rss) / 1024
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, nargs="+", default=[4096, 16384])
+    parser.add_argument("--tiers", nargs="+", default=list(FABRICS), choices=list(FABRICS))
+    parser.add_argument("--jobs", nargs="+", default=["ring", "shuffled"])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--c4p",
+        default=str(Path(sys.executable).with_name("c4p")),
+        help="The c4p command to time (a command line: e.g. another checkout's, run with "
+        "PYTHONPATH=that/checkout python -c 'from c4p.cli import main; main()').",
+    )
+    parser.add_argument(
+        "--no-phases", action="store_true", help="Wall and CPU only (a c4p without --timings)."
+    )
+    parser.add_argument("--markdown", type=Path, help="Also write the table to this file.")
+    args = parser.parse_args()
+    c4p = shlex.split(args.c4p)
+    head = ["case", "wall s", "min", "cpu s", *PHASES, "startup+exit", "MB"]
+    rows = [" | ".join(head), " | ".join("---" for _ in head)]
+    print(rows[0], rows[1], sep="\n")
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="c4p-plan-phases-") as tmp:
+        work = Path(tmp)
+        for tiers in args.tiers:
+            for gpus in args.gpus:
+                inputs = make_inputs(c4p, work, tiers, gpus)
+                for kind in args.jobs:
+                    fabric, jobs = inputs[kind]
+                    m = measure(c4p, fabric, jobs, work, args.repeat, not args.no_phases)
+                    cells = [f"{tiers} {gpus:,} {kind}", f"{m['wall']:.2f}", f"{m['wall_min']:.2f}"]
+                    cells.append(f"{m['cpu']:.2f}")
+                    cells += [f"{m[p]:.3f}" for p in (*PHASES, "startup+exit")]
+                    cells.append(f"{m['rss_mb']:.0f}")
+                    rows.append(" | ".join(cells))
+                    print(rows[-1], flush=True)
+    if args.markdown:
+        command = "scripts/measure/plan_phases.py " + " ".join(sys.argv[1:])
+        note = (
+            f"Measured by `{command}` on {platform.machine()}, Python "
+            f"{platform.python_version()}, {os.cpu_count()} CPUs, "
+            f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, in "
+            f"{time.perf_counter() - started:.0f} s; load average "
+            f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after (the machine is shared: "
+            "wall times are noisy, CPU times less so). Median of "
+            f"{args.repeat} runs per case.\n"
+        )
+        args.markdown.write_text(note + "\n" + "\n".join(f"| {r} |" for r in rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,356 @@
+"""``c4p plan``'s fast paths give the same figures as the straightforward code they replaced.
+
+Why: to bring ``c4p plan`` at 16k GPUs under two seconds, evaluation groups flows once per
+workload with numpy, the jobs check hands its placement to the workload, NIC line rates come
+from arrays, the fabric index is built from lists, and the plan file is written from pieces.
+Each reference below is the plain per-item computation (as the code was before), kept here so
+the fast code is held to it on every pattern, on degraded fabrics and on workloads read back
+from plan files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from c4p.bench import permutation_jobs
+from solver.ecmp import ecmp_paths
+from solver.evaluate import PairResult, evaluate, reference_line_rate
+from solver.flows import Workload, nic_line_rate
+from solver.jobs import checked_placements, job_ranks
+from solver.patterns import derive_workload
+from solver.placement import JobsGenParams, generate_jobs
+from solver.planner import plan
+from solver.plans import PlanFile, plan_from_paths, plan_json_text
+from topology.formats import TextFormat, dump_model
+from topology.generators import generate
+from topology.index import FabricIndex, natural_key
+from topology.model import Fabric, LinkStatus
+
+FABRICS = {
+    "leaf-spine": generate("leaf-spine", leaves=4, spines=2, hosts_per_leaf=2, nics_per_host=2),
+    "rail": generate("rail-optimized", units=2, hosts_per_unit=4, rails=4, spines=2),
+    "dual-plane": generate("dual-plane", units=2, hosts_per_unit=2, rails=2, spines=2),
+    "fat-tree": generate(
+        "fat-tree", pods=2, leaves_per_pod=2, aggs_per_pod=2, cores=2, hosts_per_leaf=2
+    ),
+}
+PATTERNS = [("ring", "rail"), ("ring", "flat"), ("all-to-all", "rail"), ("tree", "flat")]
+
+
+def workloads(fabric: Fabric) -> list[tuple[str, Workload]]:
+    out = []
+    for pattern, ring in PATTERNS:
+        params = JobsGenParams(
+            jobs=2, hosts_per_job=2, pattern=pattern, ring=ring, qps_per_connection=2,
+            channels=2, placement="random", seed=1, rate=0.5 if pattern == "tree" else 1.0,
+        )  # fmt: skip
+        jobs = generate_jobs(fabric, params)
+        workload = derive_workload(fabric, jobs)
+        out.append((f"{pattern}/{ring}", workload))
+        out.append((f"{pattern}/{ring} from flows", Workload.from_flows(fabric, workload.flows)))
+    out.append(("shuffled", derive_workload(fabric, permutation_jobs(qps=2, seed=3)(fabric))))
+    return out
+
+
+# -- references: the per-item code the fast paths replaced -----------------------------------
+
+
+def reference_pairs(workload: Workload, rates: Any, weights: Any) -> list[PairResult]:
+    key_of: dict[tuple[str, str, int, int, int], int] = {}
+    conn_pair = np.empty(len(workload.connections), dtype=np.int64)
+    divisor: list[int] = []
+    for i, c in enumerate(workload.connections):
+        key = (c.job, c.communicator, c.src_rank, c.dst_rank, c.tree)
+        if key not in key_of:
+            key_of[key] = len(key_of)
+            divisor.append(c.pairs)
+        conn_pair[i] = key_of[key]
+    pair_of_flow = conn_pair[workload.flow_connection]
+    count = len(key_of)
+    total_weight = np.bincount(pair_of_flow, weights=weights, minlength=count)
+    total_rate = np.bincount(pair_of_flow, weights=rates, minlength=count)
+    flows = np.bincount(pair_of_flow, minlength=count)
+    least = np.full(count, np.inf)
+    np.minimum.at(least, pair_of_flow, rates / weights)
+    effective = total_weight * least / np.asarray(divisor, dtype=np.float64)
+    return [
+        PairResult(job, comm, s, d, t, int(flows[k]), float(effective[k]), float(total_rate[k]))
+        for (job, comm, s, d, t), k in key_of.items()
+    ]
+
+
+def reference_communicators(
+    workload: Workload, pairs: list[PairResult], reachable: Any
+) -> list[dict[str, Any]]:
+    by_comm: dict[tuple[str, str], list[PairResult]] = {}
+    for p in pairs:
+        by_comm.setdefault((p.job, p.communicator), []).append(p)
+    conns = Counter((c.job, c.communicator) for c in workload.connections)
+    flows = Counter((f.job, f.communicator) for f in workload.flows)
+    lost = Counter(
+        (f.job, f.communicator) for f, ok in zip(workload.flows, reachable, strict=True) if not ok
+    )
+    out = []
+    for comm in workload.communicators:
+        key = (comm.job, comm.id)
+        members = by_comm.get(key, [])
+        slowest = min(members, key=lambda p: p.rate_gbps) if members else None
+        out.append(
+            {
+                "connections": conns[key],
+                "flows": flows[key],
+                "unreachable": lost[key],
+                "slowest_pair": (slowest.src_rank, slowest.dst_rank) if slowest else None,
+                "slowest_rate_gbps": slowest.rate_gbps if slowest else None,
+            }
+        )
+    return out
+
+
+def reference_line_rate_of(fabric: Fabric) -> float:
+    index = fabric.index
+    speeds = Counter(index.line_rate(p.node) for p in index.ports if index.out_resources[p.node])
+    if speeds:
+        return float(speeds.most_common(1)[0][0])
+    return float(np.max(index.res_capacity, initial=1.0))
+
+
+def same(a: Any, b: Any, where: str = "") -> None:
+    """Equal values of equal types, NaN equal to NaN."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and math.isnan(a):
+        assert isinstance(b, float) and math.isnan(b), where
+    else:
+        assert a == b and type(a) is type(b), (where, a, b)
+
+
+# -- the tests --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(FABRICS))
+def test_evaluation_equals_the_per_item_reference(name: str) -> None:
+    healthy = FABRICS[name]
+    degraded = healthy.with_link_status({0: LinkStatus.DOWN, 5: LinkStatus.DRAINED})
+    for fabric in (healthy, degraded):
+        assert reference_line_rate(fabric) == reference_line_rate_of(fabric)
+        for label, workload in workloads(fabric):
+            for paths in (ecmp_paths(fabric, workload.flows, seed=3).paths,
+                          plan(fabric, workload, seed=0, budget=1.0).paths):  # fmt: skip
+                result = evaluate(fabric, workload, paths)
+                weights = np.array([f.rate for f in workload.flows])
+                pairs = reference_pairs(workload, result.flow_rates_gbps, weights)
+                assert list(result.pairs) == pairs, label
+                reachable = np.array([bool(p) for p in paths], dtype=bool)
+                expected = reference_communicators(workload, pairs, reachable)
+                got = [
+                    {k: getattr(c, k) for k in expected[0]} for c in result.communicators
+                ]  # fmt: skip
+                same(got, expected, label)
+
+
+@pytest.mark.parametrize("name", list(FABRICS))
+def test_workload_placement_and_line_rates_equal_the_reference(name: str) -> None:
+    fabric = FABRICS[name].with_link_status({1: LinkStatus.DOWN})
+    for pattern, ring in PATTERNS:
+        params = JobsGenParams(jobs=2, hosts_per_job=2, pattern=pattern, ring=ring)
+        jobs = generate_jobs(fabric, params)
+        placed = checked_placements(fabric, jobs)
+        for job, ranks in zip(jobs.jobs, placed, strict=True):
+            expected = job_ranks(fabric, job)
+            strip = [(r.rank, r.host, r.nic, r.rail, r.ports) for r in ranks]
+            assert strip == [(r.rank, r.host, r.nic, r.rail, r.ports) for r in expected]
+            for r in ranks:
+                want = nic_line_rate(fabric, r.ports)
+                assert r.line_rate == want and type(r.line_rate) is type(want)
+        workload = derive_workload(fabric, jobs)
+        for comm, job in zip(workload.communicators, jobs.jobs, strict=True):
+            ranks = job_ranks(fabric, job)
+            assert comm.line_rate_gbps == min(nic_line_rate(fabric, r.ports) for r in ranks)
+
+
+def reference_index(fabric: Fabric) -> dict[str, Any]:
+    names = [s.name for s in fabric.switches]
+    names += [f"{h.name}:{p.name}" for h in fabric.hosts for n in h.nics for p in n.ports]
+    node = {n: i for i, n in enumerate(names)}
+    switch = {s.name for s in fabric.switches}
+    src, dst, interface = [], [], []
+    for link in fabric.links:
+        ends = []
+        for end in (link.a, link.b):
+            device, _, name = end.partition(":")
+            ends.append((node[device] if device in switch else node[end], name))
+        (a, a_if), (b, b_if) = ends
+        src += [a, b]
+        dst += [b, a]
+        interface += [a_if, b_if]
+    out: list[list[int]] = [[] for _ in names]
+    for res, u in enumerate(src):
+        out[u].append(res)
+    return {
+        "node_names": tuple(names),
+        "res_src": src,
+        "res_dst": dst,
+        "res_interface": interface,
+        "out_resources": tuple(
+            tuple(sorted(rs, key=lambda r: natural_key(interface[r]))) for rs in out
+        ),
+        "res_capacity": [link.speed_gbps for link in fabric.links for _ in (0, 1)],
+        "res_usable": [link.status is LinkStatus.UP for link in fabric.links for _ in (0, 1)],
+    }
+
+
+@pytest.mark.parametrize("name", list(FABRICS))
+def test_fabric_index_equals_the_reference(name: str) -> None:
+    fabric = FABRICS[name].with_link_status({2: LinkStatus.DRAINED})
+    index = FabricIndex(fabric)
+    for key, want in reference_index(fabric).items():
+        got = getattr(index, key)
+        got = got.tolist() if isinstance(got, np.ndarray) else got
+        assert got == want, key
+    assert index.resource_between == {
+        (int(u), int(v)): r
+        for r, (u, v) in enumerate(zip(index.res_src, index.res_dst, strict=True))
+    }
+    assert index.node_of_address == {p.port.address: p.node for p in index.ports}
+
+
+@pytest.mark.parametrize("name", list(FABRICS))
+def test_plan_file_text_is_the_model_dumped(name: str) -> None:
+    fabric = FABRICS[name]
+    workload = derive_workload(fabric, permutation_jobs(qps=2, seed=1)(fabric))
+    result = plan(fabric, workload, seed=0, budget=1.0)
+    paths: list[Any] = list(result.paths)
+    paths[0] = ()  # unreachable flows are written without a path
+    text = plan_json_text(fabric, workload.flows, paths, "auto", 7)
+    model = plan_from_paths(fabric, workload.flows, paths, "auto", 7)
+    assert text == dump_model(model, TextFormat.JSON)
+    assert PlanFile.model_validate(json.loads(text)) == model
+
+
+# -- the command line ------------------------------------------------------------------------
+
+CLI = [sys.executable, "-c", "from c4p.cli import main; main()"]
+
+
+def test_plan_reports_its_phases(tmp_path: Path) -> None:
+    from c4p.files import save_fabric, save_model
+
+    fabric = FABRICS["rail"]
+    save_fabric(fabric, tmp_path / "fabric.json")
+    save_model(permutation_jobs(qps=1, seed=0)(fabric), tmp_path / "jobs.json")
+    run = subprocess.run(
+        [*CLI, "plan", "--fabric", str(tmp_path / "fabric.json"), "--jobs",
+         str(tmp_path / "jobs.json"), "-o", str(tmp_path / "plan.json"), "--timings",
+         "--json", str(tmp_path / "figures.json")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert re.search(r"timings \(s\): imports [0-9.]+, load", run.stderr)
+    phases = json.loads((tmp_path / "figures.json").read_text())["timings"]
+    expected = {"imports", "load", "validate", "ecmp", "greedy", "solve", "write", "evaluate"}
+    assert expected <= set(phases)
+    assert all(v >= 0 for v in phases.values())
+
+
+def test_bad_input_is_one_line_and_exit_2_through_the_entry_point(tmp_path: Path) -> None:
+    """The console script builds only the command it runs; errors must read as before."""
+    bad = tmp_path / "fabric.json"
+    data = json.loads(dump_model(FABRICS["rail"], TextFormat.JSON))
+    data["hosts"][1]["nics"][0]["ports"][0]["address"] = "10.0.0.999"
+    data["links"][3]["a"] = "nosuchhost:nic0p0"
+    bad.write_text(json.dumps(data))
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text('{"jobs": []}')
+    run = subprocess.run(
+        [*CLI, "plan", "--fabric", str(bad), "--jobs", str(jobs), "-o", str(tmp_path / "p.json")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), run.stderr
+    assert "hosts[1].nics[0].ports[0].address" in lines[0]
+    assert "10.0.0.999" in lines[0]
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_entry_point_still_knows_every_command() -> None:
+    run = subprocess.run([*CLI, "--help"], capture_output=True, text=True, timeout=60, check=True)
+    for command in ("fabric", "jobs", "lab", "admin", "serve", "plan", "evaluate", "bench",
+                    "agent", "report"):  # fmt: skip
+        assert command in run.stdout
+    sub = subprocess.run(
+        [*CLI, "fabric", "--help"], capture_output=True, text=True, timeout=60, check=True
+    )
+    for command in ("generate", "show", "discover", "emulate"):
+        assert command in sub.stdout
+
+
+def reference_distances(fabric: Fabric, leaf: int) -> tuple[list[int], list[int]]:
+    """Valley-free distances toward ``leaf`` by plain relaxation, from the definitions in
+    ``topology.routing``: ``down`` over usable links to a lower tier only; ``up`` the shortest
+    valley-free distance, ``min(down, 1 + min over usable links to a higher tier of up)``."""
+    from topology.routing import UNREACHABLE
+
+    index = fabric.index
+    n = index.num_switches
+    tier = index.tier.tolist()
+    arcs = [
+        (int(u), int(v))
+        for u, v, ok in zip(index.res_src, index.res_dst, index.res_usable, strict=True)
+        if ok and u < n and v < n
+    ]
+    down = [UNREACHABLE] * n
+    down[leaf] = 0
+    for _ in range(n):  # Bellman-Ford style, bounded by the number of switches
+        changed = False
+        for u, v in arcs:
+            if tier[v] < tier[u] and down[v] + 1 < down[u]:
+                down[u], changed = down[v] + 1, True
+        if not changed:
+            break
+    up = list(down)
+    for _ in range(n):
+        changed = False
+        for u, v in arcs:
+            if tier[v] > tier[u] and up[v] + 1 < up[u]:
+                up[u], changed = up[v] + 1, True
+        if not changed:
+            break
+    return down, up
+
+
+@pytest.mark.parametrize("name", list(FABRICS))
+def test_routing_distances_equal_a_plain_relaxation(name: str) -> None:
+    """``Routing.table`` (per-tier minima with ``reduceat``) against the definition."""
+    rng = np.random.default_rng(7)
+    base = FABRICS[name]
+    fabrics = [base] + [
+        base.with_link_status(
+            {int(i): LinkStatus.DOWN for i in rng.choice(len(base.links), 5, replace=False)}
+        )
+        for _ in range(4)
+    ]
+    for fabric in fabrics:
+        routing = fabric.index.routing
+        for leaf in range(fabric.index.num_switches):
+            table = routing.table(leaf)
+            down, up = reference_distances(fabric, leaf)
+            assert table.down_dist.tolist() == down
+            assert table.up_dist.tolist() == up
