@@ -34,12 +34,15 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
-from ortools.linear_solver import pywraplp
 
 from solver.problem import Problem
 from topology.index import FloatArray, IntArray
+
+if TYPE_CHECKING:  # GLOP is loaded only when an LP bound is computed
+    from ortools.linear_solver import pywraplp
 
 __all__ = [
     "LP_MAX_ENTRIES",
@@ -248,6 +251,8 @@ def lp_bound(
         return None, f"LP skipped: {entries:,} path-link entries > {LP_MAX_ENTRIES:,}"
     if time_limit <= 0.0:
         return None, "LP skipped: no time left in the budget"
+    from ortools.linear_solver import pywraplp
+
     total = _pair_weights(problem)[0][pairs]
     solver = pywraplp.Solver.CreateSolver("GLOP")
     solver.SetTimeLimit(max(1, int(time_limit * 1000)))

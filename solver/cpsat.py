@@ -27,13 +27,16 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from solver.bounds import as_integers
 from solver.problem import Problem
 from topology.index import IntArray
+
+if TYPE_CHECKING:  # OR-Tools' CP-SAT pulls in pandas (0.2 s): imported where a model is built
+    from ortools.sat.python import cp_model
 
 __all__ = ["CpOutcome", "integer_scales", "solve_cpsat"]
 
@@ -103,6 +106,8 @@ def solve_cpsat(
     np.cumsum(counts[gpair], out=first_var[1:])
     var_of_flow = first_var[group] + hint
     hint_x = np.bincount(var_of_flow, minlength=int(first_var[-1]))
+
+    from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()
     xs = [
@@ -213,6 +218,8 @@ def solve_cpsat(
 def _run(
     model: cp_model.CpModel, time_limit: float, seed: int
 ) -> tuple[object, IntArray | None, cp_model.CpSolver]:
+    from ortools.sat.python import cp_model
+
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.num_workers = 2
@@ -232,6 +239,8 @@ def _run(
 
 
 def _status(status: object) -> str:
+    from ortools.sat.python import cp_model
+
     if status == cp_model.OPTIMAL:
         return "optimal"
     if status == cp_model.FEASIBLE:
