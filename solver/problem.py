@@ -30,7 +30,7 @@ from functools import cached_property
 
 import numpy as np
 
-from solver.candidates import Candidates, filtered_table, pair_candidates
+from solver.candidates import Candidates, filtered_table, pair_candidates, two_tier_table
 from solver.errors import PlanError
 from solver.evaluate import reference_line_rate, switch_resources
 from solver.flows import Flow
@@ -490,6 +490,22 @@ def _flow_problems(
     return problems
 
 
+def _tabulate_two_tier(
+    index: FabricIndex, keys: IntArray, inverse: IntArray, pair: IntArray, cross: BoolArray
+) -> tuple[IntArray, IntArray, IntArray, IntArray, BoolArray]:
+    """:func:`_tabulate` on two tiers from :func:`solver.candidates.two_tier_table`: the table
+    comes out stacked already, with no array per pair."""
+    counts, rows = two_tier_table(index, keys)
+    alive = counts > 0
+    renumber = np.cumsum(alive) - 1
+    pair[cross] = np.where(alive[inverse.ravel()], renumber[inverse.ravel()], UNREACHABLE)
+    offset = np.zeros(int(alive.sum()) + 1, dtype=np.int64)
+    np.cumsum(counts[alive], out=offset[1:])
+    hops = np.full(int(alive.sum()), 2, dtype=np.int64)
+    width = 2 if len(rows) else 0  # an empty table has no columns, as :func:`_tabulate`'s
+    return pair, np.ascontiguousarray(rows[:, :width]), offset, hops, alive
+
+
 def _tabulate(
     index: FabricIndex,
     keys: IntArray,
@@ -501,6 +517,8 @@ def _tabulate(
 ) -> tuple[IntArray, IntArray, IntArray, IntArray, BoolArray]:
     """Candidates pair by pair: ``pair`` updated, the table, offsets, hops of the pairs that
     have a path, and which of ``keys`` do."""
+    if two_tier and (reuse is None or not reuse.reusable_on(index.fabric)):
+        return _tabulate_two_tier(index, keys, inverse, pair, cross)
     rows = pair_candidates(index, keys, two_tier, reuse)
     counts = np.array([len(r) for r in rows], dtype=np.int64)
     hops = np.array([r.shape[1] if len(r) else 0 for r in rows], dtype=np.int64)
