@@ -62,6 +62,7 @@ import numpy as np
 
 from solver import fattree
 from solver.bounds import combinatorial_bounds, integral_units, lp_bound, round_up
+from solver.candidates import same_wiring
 from solver.coloring import assign_spines
 from solver.cpsat import solve_cpsat
 from solver.ecmp import ecmp_paths
@@ -480,8 +481,37 @@ def plan(
         choice = np.where(problem.pair == SAME_LEAF, 0, -1).astype(np.int64)
         for c in components:
             choice[c.flows] = c.choice
-        paths = problem.paths(choice)
+        paths = _paths(problem, choice, previous, prior)
     return _assemble(problem, choice, components, prior, paths, strategy, seed, budget, started)
+
+
+def _paths(
+    problem: Problem, choice: IntArray, previous: Plan | None, prior: Previous | None
+) -> Sequence[tuple[int, ...]]:
+    """Whole paths of ``choice``; a re-plan of the same flows on the same wiring hands back the
+    previous plan's own path objects for the flows that stay, and builds only the moved ones.
+
+    Why: building a tuple per flow (8,192 at 4,096 GPUs) made the process's garbage collector
+    run a full collection in the middle of a re-plan often enough to double its time; flows
+    that stay have exactly their previous path, so nothing new need be made for them."""
+    if (
+        previous is None
+        or prior is None
+        or not (previous.flows is problem.flows or previous.flows == problem.flows)
+        or not same_wiring(previous.snapshot, problem.fabric)
+    ):
+        return problem.paths(choice)
+    out = list(previous.paths)
+    for f in np.flatnonzero(prior.choice != choice).tolist():
+        p = int(problem.pair[f])
+        if p == SAME_LEAF:
+            out[f] = (int(problem.nic_up[f]), int(problem.nic_down[f]))
+        elif p >= 0 and choice[f] >= 0:
+            row = problem.table[problem.offset[p] + choice[f], : problem.hops[p]].tolist()
+            out[f] = (int(problem.nic_up[f]), *row, int(problem.nic_down[f]))
+        else:
+            out[f] = ()
+    return out
 
 
 def _ecmp(problem: Problem, seed: int) -> tuple[tuple[tuple[int, ...], ...], IntArray]:

@@ -370,6 +370,28 @@ def repair(
         reached = False
         util = state.utils(i)
         state.add(i, int(np.argmin(util.max(axis=1))))
+    if reached:
+        _undo(state, prior)
     had = prior >= 0
     changed = had & (choice != prior)
     return Repair(choice, reached, int(np.count_nonzero(changed)))
+
+
+def _undo(state: _State, prior: IntArray) -> None:
+    """Send moved flows back to their previous path where it has room again (an ejection
+    that a later placement made unnecessary), or where trading places with one other moved
+    flow puts both back, until nothing changes."""
+    problem = state.problem
+    scale = problem.scale
+    changed = True
+    while changed:
+        changed = False
+        for g in np.flatnonzero((prior >= 0) & (state.choice != prior)).tolist():
+            old = int(state.choice[g])
+            state.remove(g)
+            row = state.row(g, int(prior[g]))
+            if np.all((state.load[row] + state.weight[g]) * scale[row] <= state.limit):
+                state.add(g, int(prior[g]))
+                changed = True
+            else:
+                state.add(g, old)
