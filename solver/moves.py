@@ -38,6 +38,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from solver.problem import TOLERANCE, Problem
+from solver.repair import settle
 from topology.index import BoolArray, IntArray
 
 __all__ = ["FewestMoves", "fewest_moves"]
@@ -157,8 +158,8 @@ def _solve_round(
         keys, inverse = np.unique(foot, axis=0, return_inverse=True)
         inverse = inverse.ravel()
         n = len(members)
-        xs = [model.NewIntVar(0, n, "") for _ in range(len(keys))]
-        model.Add(sum(xs) == n)
+        xs = [model.new_int_var(0, n, "") for _ in range(len(keys))]
+        model.add(sum(xs) == n)
         for c, key in enumerate(keys.tolist()):
             for r in key:
                 if r != pad:
@@ -170,20 +171,20 @@ def _solve_round(
             hinted.extend(zip(xs, counts.tolist(), strict=True))
         options.append((members, k0, rows, foot, inverse, xs))
     for r, terms in load.items():
-        model.Add(sum(terms) <= int(hood.cap[r]))
-    model.Minimize(sum(cost) if cost else 0)
+        model.add(sum(terms) <= int(hood.cap[r]))
+    model.minimize(sum(cost) if cost else 0)
     for x, v in hinted:
-        model.AddHint(x, v)
+        model.add_hint(x, v)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(time_limit, 0.01)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
-    status = solver.Solve(model)
+    status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         # Infeasible: no assignment reaches z even with every flow free to move.
         bound = constant if status != cp_model.INFEASIBLE else len(flows) + 1
         return None, bound, status == cp_model.INFEASIBLE
-    bound = constant + int(np.ceil(solver.BestObjectiveBound() - 1e-6))
+    bound = constant + int(np.ceil(solver.best_objective_bound - 1e-6))
     # Completion: members whose previous path is in the chosen footprint stay; the rest take
     # the candidate of their footprint that leaves the most room on the path (resources
     # outside W included), one after the other.
@@ -192,7 +193,7 @@ def _solve_round(
     counts[pad] = 0
     leftovers: list[tuple[int, IntArray, IntArray]] = []
     for members, k0, rows, _, inverse, xs in options:
-        want = [int(solver.Value(x)) for x in xs]
+        want = [int(solver.value(x)) for x in xs]
         rest = members
         if k0 >= 0:
             c0 = int(inverse[k0])
@@ -250,6 +251,12 @@ def fewest_moves(
         if choice is None:
             break
         over = hood.over(choice)
+        if over.size:
+            settled = settle(problem, flows, prior, choice, z)
+            if settled is not None and not hood.over(settled).size:
+                moves = hood.movers(settled)
+                if best_moves is None or moves < best_moves:
+                    best, best_moves = settled, moves
         if not over.size:
             moves = hood.movers(choice)
             if best_moves is None or moves < best_moves:

@@ -487,7 +487,7 @@ def plan(
 
 def _paths(
     problem: Problem, choice: IntArray, previous: Plan | None, prior: Previous | None
-) -> Sequence[tuple[int, ...]]:
+) -> tuple[tuple[int, ...], ...]:
     """Whole paths of ``choice``; a re-plan of the same flows on the same wiring hands back the
     previous plan's own path objects for the flows that stay, and builds only the moved ones.
 
@@ -511,7 +511,7 @@ def _paths(
             out[f] = (int(problem.nic_up[f]), *row, int(problem.nic_down[f]))
         else:
             out[f] = ()
-    return out
+    return tuple(out)
 
 
 def _ecmp(problem: Problem, seed: int) -> tuple[tuple[tuple[int, ...], ...], IntArray]:

@@ -31,6 +31,7 @@ at 16k GPUs.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +40,7 @@ from solver.kempe import SpineGrid, exchange
 from solver.problem import TOLERANCE, Problem
 from topology.index import BoolArray, FloatArray, IntArray
 
-__all__ = ["Repair", "layers", "min_moves", "repair"]
+__all__ = ["Repair", "layers", "min_moves", "repair", "settle"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ class _State:
         self.problem = problem
         self.flows = flows
         self.choice = choice
+        self.prior: IntArray = np.full(len(flows), -2, dtype=np.int64)
+        """Each flow's previous candidate (``< 0``: none), to price moves."""
         self.limit = _limit(z)
         self.weight = problem.weight[flows]
         self.pair = problem.pair[flows]
@@ -125,11 +128,27 @@ class _State:
         """Flows on a resource, for the resources asked about so far (kept by add/remove):
         the few blocking resources are asked about thousands of times in a 3-tier repair."""
 
+        self._sorted: tuple[IntArray, IntArray] | None = None
+        self._since: set[int] = set()
+
     def on(self, r: int) -> list[int]:
-        """Positions of the flows whose current path crosses resource ``r``."""
+        """Positions of the flows whose current path crosses resource ``r``.
+
+        The first question sorts every path's resources once (a chain search asks about
+        hundreds of resources); later ones read that sorted copy and check the few flows that
+        have changed since."""
         users = self.users.get(r)
         if users is None:
-            users = set(np.flatnonzero((self.now == r).any(axis=1)).tolist())
+            if self._sorted is None or len(self._since) > 64:
+                flat = self.now.ravel()
+                order = np.argsort(flat, kind="stable")
+                self._sorted = (flat[order], order // self.now.shape[1])
+                self._since = set()
+            keys, owners = self._sorted
+            lo, hi = np.searchsorted(keys, [r, r + 1]).tolist()
+            maybe = set(owners[lo:hi].tolist()) | self._since
+            near = np.fromiter(maybe, np.int64, count=len(maybe))
+            users = set(near[(self.now[near] == r).any(axis=1)].tolist())
             self.users[r] = users
         return sorted(users)
 
@@ -149,6 +168,8 @@ class _State:
         self.load[row] -= self.weight[i]
         self.load[self.problem.pad] = 0.0
         self.now[i] = self.problem.pad
+        if self._sorted is not None:
+            self._since.add(i)
         if self.users:
             for r in row.tolist():
                 users = self.users.get(r)
@@ -161,6 +182,8 @@ class _State:
         self.load[row] += self.weight[i]
         self.load[self.problem.pad] = 0.0
         self.now[i] = row
+        if self._sorted is not None:
+            self._since.add(i)
         if self.users:
             for r in row.tolist():
                 users = self.users.get(r)
@@ -296,6 +319,170 @@ def _eject(
     return False
 
 
+CHAIN_DEPTH = 10
+"""Longest chain of moves a shortest-chain search builds to relieve one resource."""
+
+CHAIN_NODES = 2000
+"""Resources a shortest-chain search visits before giving up."""
+
+
+def _make(state: _State, moves: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Make ``moves`` (flow, candidate) in order; returns what undoes them."""
+    olds = []
+    for g, k in moves:
+        olds.append((g, int(state.choice[g])))
+        state.remove(g)
+        state.add(g, k)
+    return olds
+
+
+def _unmake(state: _State, olds: list[tuple[int, int]]) -> None:
+    for g, k in reversed(olds):
+        state.remove(g)
+        if k >= 0:
+            state.add(g, k)
+
+
+def _price(state: _State, g: int, k: int) -> int:
+    """What moving ``g`` to candidate ``k`` adds to the moves: one for a flow still on its
+    previous path, nothing for one already moved (or without one), minus one for a return."""
+    before = int(state.prior[g])
+    if before < 0:
+        return 0
+    if k == before:
+        return -1
+    return 1 if state.choice[g] == before else 0
+
+
+def _relieve(
+    state: _State,
+    r: int | list[tuple[int, list[tuple[int, int]]]],
+    frozen: set[int],
+    budget: int = CHAIN_DEPTH,
+) -> tuple[list[tuple[int, int]], int] | None:
+    """The cheapest chain of moves that brings resource ``r`` back within the limit: a flow
+    leaves ``r`` for a candidate that is full on at most one resource (counting the room the
+    chain's earlier moves freed), whose excess a next flow relieves the same way, until one
+    lands where everything has room: the capacitated, many-colour form of a Kempe chain.
+    Cheapest by :func:`_price` (moving a flow that has moved already is free), searched 0-1
+    breadth-first over resources, at most ``CHAIN_DEPTH`` moves and under ``budget``.
+    ``frozen`` flows do not move. ``r`` may instead be several starts ``(resource, moves that
+    made it overfull)``, searched together. Returns the moves ``(flow, candidate)``, made,
+    and their price, or ``None`` (nothing changed)."""
+    problem = state.problem
+    scale = problem.scale
+    limit = state.limit
+    starts = [(r, [])] if isinstance(r, int) else r
+    queue: deque[tuple[int, list[tuple[int, int]], int]] = deque(
+        (res, chain, 0) for res, chain in starts
+    )
+    done: set[int] = set()
+    visited = 0
+    while queue:
+        res, chain, price = queue.popleft()
+        if res in done or len(chain) >= CHAIN_DEPTH:
+            continue
+        done.add(res)
+        visited += 1
+        if visited > CHAIN_NODES:
+            return None
+        olds = _make(state, chain)
+        busy = frozen | {g for g, _ in chain}
+        for g in state.on(res):
+            if g in busy:
+                continue
+            old = int(state.choice[g])
+            rows = state.candidates(g)
+            extra = np.full(rows.shape, state.weight[g])
+            for c in state.row(g, old).tolist():
+                extra[rows == c] = 0.0  # the room it leaves
+            util = (state.load[rows] + extra) * scale[rows]
+            blocked = util > limit
+            count = blocked.sum(axis=1)
+            count[old] = rows.shape[1] + 1
+            for k in np.flatnonzero(count == 0).tolist():
+                total = price + _price(state, g, k)
+                if total < budget:
+                    state.remove(g)
+                    state.add(g, k)
+                    return [*chain, (g, k)], total
+            for k in np.flatnonzero(count == 1).tolist():
+                step = _price(state, g, k)
+                if price + max(step, 0) >= budget:
+                    continue
+                nxt = int(rows[k][blocked[k]][0])
+                if nxt in done:
+                    continue
+                item = (nxt, [*chain, (g, k)], price + step)
+                if step <= 0:
+                    queue.appendleft(item)
+                else:
+                    queue.append(item)
+        _unmake(state, olds)
+    return None
+
+
+def _chain(state: _State, i: int, moved: BoolArray) -> bool:
+    """Place ``i`` where the fewest new moves make room (:func:`_relieve`): on a candidate
+    full on one resource, all such searched together; if that costs moves, also on the
+    candidates full on two, each relieved in turn."""
+    problem = state.problem
+    scale = problem.scale
+    util = state.utils(i)
+    blocked = util > state.limit
+    count = blocked.sum(axis=1)
+    rows = state.candidates(i)
+    best: list[tuple[int, int]] | None = None
+    cost = CHAIN_DEPTH + 1
+    starts: list[tuple[int, list[tuple[int, int]]]] = []
+    firsts: set[int] = set()
+    for k in np.flatnonzero(count == 1).tolist():
+        r = int(rows[k][blocked[k]][0])
+        if r not in firsts:
+            firsts.add(r)
+            starts.append((r, [(i, k)]))
+    if starts:
+        saved = state.choice.copy()
+        found = _relieve(state, starts, {i})
+        if found is not None:
+            best, cost = found
+        _restore(state, saved)
+    seen: set[bytes] = set()
+    for k in np.flatnonzero(count == 2).tolist():
+        if cost <= 1 or len(seen) >= EJECT_ROWS:
+            break
+        key = np.where(blocked[k], rows[k], -1).tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
+        saved = state.choice.copy()
+        state.add(i, k)
+        moves: list[tuple[int, int]] = [(i, k)]
+        price = 0
+        for r in rows[k][blocked[k]].tolist():
+            if state.load[r] * scale[r] <= state.limit:
+                continue
+            got = _relieve(state, r, {i}, cost - price)
+            if got is None:
+                price = cost
+                break
+            moves.extend(got[0])
+            price += got[1]
+        if price < cost:
+            best, cost = moves, price
+        _restore(state, saved)
+    if best is None:
+        return False
+    _make(state, best)
+    for g, _ in best[1:]:
+        moved[g] = True
+    return True
+
+
+CHAIN_ROWS = 64
+"""Candidates of a flow a chain search tries (one per set of full resources)."""
+
+
 MAX_EXCHANGES = 64
 """Spine pairs a two-spine exchange tries for one flow before giving up on it."""
 
@@ -352,6 +539,7 @@ def repair(
     components of equal weights) enables two-spine exchanges."""
     choice = np.where(prior >= 0, prior, -1).astype(np.int64)
     state = _State(problem, flows, choice, z)
+    state.prior = prior
     moved = np.zeros(len(flows), dtype=bool)
     evicted = _evict(state)
     moved[evicted] = True
@@ -362,6 +550,8 @@ def repair(
         k = state.best_fit(i)
         if k >= 0:
             state.add(i, k)
+            continue
+        if _chain(state, i, moved):
             continue
         if grid is not None and _swap(state, grid, i, z):
             continue
@@ -378,20 +568,56 @@ def repair(
 
 
 def _undo(state: _State, prior: IntArray) -> None:
-    """Send moved flows back to their previous path where it has room again (an ejection
-    that a later placement made unnecessary), or where trading places with one other moved
-    flow puts both back, until nothing changes."""
+    """Send moved flows back to their previous path where that costs no other new move: it
+    has room again (an ejection a later placement made unnecessary), or a chain of flows that
+    moved already (:func:`_relieve`, price zero) makes room; until nothing changes."""
     problem = state.problem
     scale = problem.scale
-    changed = True
-    while changed:
+    for _ in range(UNDO_ROUNDS):
         changed = False
         for g in np.flatnonzero((prior >= 0) & (state.choice != prior)).tolist():
-            old = int(state.choice[g])
+            if state.choice[g] == prior[g]:
+                continue
+            saved = state.choice.copy()
             state.remove(g)
+            state.add(g, int(prior[g]))
             row = state.row(g, int(prior[g]))
-            if np.all((state.load[row] + state.weight[g]) * scale[row] <= state.limit):
-                state.add(g, int(prior[g]))
+            price = 0
+            for r in row.tolist():
+                if state.load[r] * scale[r] <= state.limit:
+                    continue
+                found = _relieve(state, r, {g}, 1 - price)
+                if found is None:
+                    price = 1
+                    break
+                price += found[1]
+            if price < 1:
                 changed = True
             else:
-                state.add(g, old)
+                _restore(state, saved)
+        if not changed:
+            return
+
+
+UNDO_ROUNDS = 3
+"""Passes of :func:`_undo` over the moved flows."""
+
+
+def settle(
+    problem: Problem, flows: IntArray, prior: IntArray, choice: IntArray, z: float
+) -> IntArray | None:
+    """``choice`` (every flow placed, some resources over ``z``) made to fit by shortest
+    chains off each over-full resource, then moved flows sent back where that is free
+    (:func:`_undo`); ``None`` if some resource cannot be relieved. Completes an answer that
+    is almost right, e.g. a relaxation's (:mod:`solver.moves`)."""
+    state = _State(problem, flows, choice.copy(), z)
+    state.prior = prior
+    scale = problem.scale
+    for _ in range(len(flows)):
+        over = np.flatnonzero(state.load * scale > state.limit)
+        if not over.size:
+            _undo(state, prior)
+            return state.choice
+        if _relieve(state, int(over[0]), set()) is None:
+            return None
+    return None
