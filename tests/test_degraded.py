@@ -73,14 +73,53 @@ def optimum(fabric: Fabric, flows: Sequence[Flow]) -> int:
     return int(solver.ObjectiveValue())
 
 
+def _parts(options: list[list[tuple[int, ...]]], load: dict) -> dict[int, int]:
+    """Per switch resource, its independent part: flows whose equal-cost paths share a
+    resource are in one part, transitively (union-find over the model's own paths)."""
+    parent = list(range(len(options)))
+
+    def find(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    first: dict[int, int] = {}
+    for k, paths in enumerate(options):
+        for path in paths:
+            for r in path:
+                if r in load:
+                    if r in first:
+                        parent[find(k)] = find(first[r])
+                    else:
+                        first[r] = k
+    return {r: find(k) for r, k in first.items()}
+
+
 def fewest_moves(
-    fabric: Fabric, flows: Sequence[Flow], before: Sequence[Sequence[int]], z: int
+    fabric: Fabric,
+    flows: Sequence[Flow],
+    before: Sequence[Sequence[int]],
+    z: int | None = None,
+    after: Sequence[Sequence[int]] | None = None,
 ) -> int:
     """The fewest flows that must leave their previous path for every switch link to carry at
-    most ``z`` flows (a flow whose old path is gone counts as moved)."""
+    most ``z`` flows, or (with ``after`` instead) at most the busiest link of its own part
+    under ``after``: the planner minimizes each independent part's maximum, so that is the
+    utilization its moves are measured against (a flow whose old path is gone counts)."""
     model, choices, options, load = _model(fabric, flows)
-    for xs in load.values():
-        model.Add(sum(xs) <= z)
+    if after is not None:
+        part = _parts(options, load)
+        count: dict[int, int] = {}
+        for path in after:
+            for r in path:
+                if r in load:
+                    count[r] = count.get(r, 0) + 1
+        peak: dict[int, int] = {}
+        for r in load:
+            peak[part[r]] = max(peak.get(part[r], 0), count.get(r, 0))
+    for r, xs in load.items():
+        model.Add(sum(xs) <= (peak[part[r]] if after is not None else z))
     stays = []
     for xs, paths, old in zip(choices, options, before, strict=True):
         if tuple(old) in paths:
@@ -90,7 +129,8 @@ def fewest_moves(
     solver.parameters.max_time_in_seconds = 60
     solver.parameters.num_workers = 1
     assert solver.Solve(model) == cp_model.OPTIMAL
-    return len(flows) - int(solver.ObjectiveValue())
+    had = sum(1 for path in before if path)
+    return had - int(solver.ObjectiveValue())
 
 
 @st.composite
@@ -149,9 +189,69 @@ def test_replans_after_failures_reach_the_optimum_and_bound_their_moves(
     assert_valid(after, snapshot)
     best = optimum(snapshot, flows)
     assert after.objective.max_utilization == best
-    least = fewest_moves(snapshot, flows, before.paths, best)
+    least = fewest_moves(snapshot, flows, before.paths, after=after.paths)
     assert after.min_moves is not None
     assert after.min_moves <= least <= len(after.moved)
+    assert len(after.moved) <= 1.1 * least  # the fewest moves plus 10%, per the issue
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(degraded())
+def test_restores_reach_the_optimum_with_the_fewest_moves(
+    case: tuple[str, Fabric, list[Flow]],
+) -> None:
+    """The failed links come back: re-plan from the degraded plan on the healthy fabric."""
+    name, snapshot, flows = case
+    healthy = FABRICS[name]
+    flows = _reachable(snapshot, flows)
+    before = plan(healthy, flows, budget=10)
+    degraded_plan = plan(snapshot, flows, before, budget=10)
+    after = plan(healthy, flows, degraded_plan, budget=10)
+    assert_valid(after, healthy)
+    assert after.objective.max_utilization == optimum(healthy, flows)
+    least = fewest_moves(healthy, flows, degraded_plan.paths, after=after.paths)
+    assert after.min_moves is not None
+    assert after.min_moves <= least <= len(after.moved) <= 1.1 * least
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(degraded())
+def test_the_relaxation_bound_on_moves_never_exceeds_the_exact_minimum(
+    case: tuple[str, Fabric, list[Flow]],
+) -> None:
+    """:func:`solver.moves.fewest_moves` (CP-SAT on a growing neighbourhood of the planner's
+    own candidates) against the independent model: its bound is a bound, and a minimum it
+    claims proven is the minimum."""
+    import numpy as np
+
+    from solver.incremental import match_previous
+    from solver.moves import fewest_moves as neighbourhood_moves
+    from solver.problem import build_problem
+
+    name, snapshot, flows = case
+    flows = _reachable(snapshot, flows)
+    before = plan(FABRICS[name], flows, budget=10)
+    after = plan(snapshot, flows, before, budget=10)
+    problem = build_problem(snapshot, flows, np.ones(len(flows)))
+    prior = match_previous(problem, before.flows, before.paths, before.snapshot)
+    now = match_previous(problem, after.flows, after.paths, after.snapshot)
+    bound = found = 0
+    proven = True
+    for members, resources in zip(
+        problem.component_flows(), problem.component_resources(), strict=True
+    ):
+        mine = np.where(prior.had[members], prior.choice[members], -2)
+        z = problem.measure(
+            problem.loads(members, now.choice[members]), resources=resources
+        ).max_utilization
+        out = neighbourhood_moves(problem, members, mine, z)  # no incumbent: its own search
+        bound += out.bound
+        proven = proven and out.proven
+        found += out.moves if out.moves is not None else len(members)
+    least = fewest_moves(snapshot, flows, before.paths, after=after.paths)
+    assert bound <= least
+    if proven:
+        assert found == least
 
 
 FAT = fat_tree(FatTreeParams.model_validate({"k": 4}))
