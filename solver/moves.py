@@ -115,6 +115,16 @@ class _Neighbourhood:
         del up
         return np.flatnonzero(np.isin(key_all, key))
 
+    def free(self, inside: BoolArray) -> IntArray:
+        """Positions of the flows the relaxation for ``W = inside`` decides about."""
+        touches = np.any(inside[self.before], axis=1)
+        return np.flatnonzero((self.prior < 0) | touches)
+
+    def options(self, inside: BoolArray) -> int:
+        """Candidates of the free flows: the size of the round's model, at most."""
+        pairs = self.problem.pair[self.flows[self.free(inside)]]
+        return int(self.problem.num_candidates(pairs).sum())
+
     def movers(self, choice: IntArray) -> int:
         had = self.prior != -2
         return int(np.count_nonzero(had & (choice != self.prior)))
@@ -139,8 +149,7 @@ def _solve_round(
     the proven lower bound on moves and whether CP-SAT proved its optimum."""
     problem = hood.problem
     flows, prior, pad = hood.flows, hood.prior, hood.pad
-    touches = np.any(inside[hood.before], axis=1)
-    free = np.flatnonzero((prior < 0) | touches)
+    free = hood.free(inside)
     choice = prior.copy()
     model = cp_model.CpModel()
     constant = int(np.count_nonzero(prior == -1))
@@ -224,11 +233,13 @@ def fewest_moves(
     *,
     time_limit: float = 1.0,
     seed: int = 0,
+    max_options: int | None = None,
 ) -> FewestMoves:
     """The fewest of ``flows`` (one component, equal weights) that must leave their previous
     candidate (``prior``: ``-1`` gone, ``-2`` none before) for every resource to be at
     utilization ``<= z``; ``incumbent`` (a full assignment reaching ``z``) hints the search.
-    See the module docstring."""
+    ``max_options`` stops before a round whose free flows have more candidates than that (a
+    caller with milliseconds to spend). See the module docstring."""
     start = time.perf_counter()
     weights = problem.weight[flows]
     if not len(flows) or np.any(weights != weights[0]):
@@ -246,7 +257,9 @@ def fewest_moves(
         left = time_limit - (time.perf_counter() - start)
         if left <= 0 or (best_moves is not None and best_moves <= bound):
             break
-        choice, lower, optimal = _solve_round(hood, inside, best, left, seed)
+        if max_options is not None and hood.options(inside) > max_options:
+            break
+        choice, lower, _ = _solve_round(hood, inside, best, left, seed)
         bound = max(bound, lower)
         if choice is None:
             break

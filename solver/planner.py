@@ -71,6 +71,7 @@ from solver.flows import Flow, Workload
 from solver.greedy import exact_reason, exact_spines, place_exact, place_greedy, spine_rows
 from solver.incremental import Previous, match_middles, match_previous
 from solver.kempe import SpineGrid
+from solver.moves import fewest_moves
 from solver.problem import SAME_LEAF, TOLERANCE, UNREACHABLE, Objective, Problem, build_problem
 from solver.repair import min_moves, repair
 from solver.result import Bounds, Part, Plan
@@ -88,6 +89,12 @@ BUILD_SECONDS_PER_PATH = 2e-5
 """Rough cost of building a CP-SAT model, per candidate variable, measured on 2 cores."""
 
 LP_SHARE = 0.25
+
+POLISH_SECONDS = 0.25
+"""Most a re-plan spends looking for fewer moves than its repair made (:mod:`solver.moves`)."""
+
+POLISH_OPTIONS = 4000
+"""Largest neighbourhood (candidates of its free flows) that search takes on: milliseconds."""
 """Part of a sub-problem's time the LP bound may take before CP-SAT."""
 
 
@@ -127,6 +134,8 @@ class _Component:
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
     min_moves: int | None = None
+    moves_bound: int = 0
+    """A lower bound on the moves at ``best`` from :mod:`solver.moves`, where it ran."""
 
     @property
     def best(self) -> float:
@@ -268,7 +277,7 @@ class _Planner:
             if self.strategy == "auto":
                 fixed = repair(problem, c.flows, prior, c.best, self.grid(c))
                 if fixed.reached:
-                    c.choice, c.method = fixed.choice, "repair"
+                    c.choice, c.method = self.fewer_moves(c, prior, fixed.choice), "repair"
                     c.seconds = time.perf_counter() - start
                     return
             options.append((self.greedy(c.flows, prior), "greedy", False))
@@ -310,6 +319,27 @@ class _Planner:
             if fixed.reached and self.key(c, fixed.choice) < keys[best]:
                 c.choice, c.method = fixed.choice, "repair"
         c.seconds = time.perf_counter() - start
+
+    def fewer_moves(self, c: _Component, prior: IntArray, choice: IntArray) -> IntArray:
+        """A repair at the bound that moves more than the counting bound allows, on a
+        component small enough for it: the exact fewest moves of :mod:`solver.moves` (its
+        bound is kept for the report either way)."""
+        assert self.previous is not None
+        problem = self.problem
+        mine = np.where(self.previous.had[c.flows], prior, -2)
+        moves = int(np.count_nonzero((mine != -2) & (choice != mine)))
+        if moves <= min_moves(problem, c.flows, mine, c.best):
+            return choice
+        left = min(POLISH_SECONDS, self.deadline - time.perf_counter())
+        if left <= MIN_SEARCH_SECONDS:
+            return choice
+        found = fewest_moves(problem, c.flows, mine, c.best, choice, time_limit=left,
+                             seed=self.seed, max_options=POLISH_OPTIONS)  # fmt: skip
+        c.moves_bound = found.bound
+        if found.choice is not None and found.moves is not None and found.moves < moves:
+            c.notes += (found.note,)
+            return found.choice
+        return choice
 
     def heal(self, c: _Component, prior: IntArray | None) -> tuple[IntArray, str, bool] | None:
         """Colour the intact structure (every link taken as up), keep the flows whose colour
@@ -556,6 +586,8 @@ def _assemble(
         if prior is not None:
             mine = np.where(prior.had[c.flows], prior.choice[c.flows], -2)
             c.min_moves = min_moves(problem, c.flows, mine, local.max_utilization)
+            if _meets(local.max_utilization, c.best):  # the polish bound is at ``best``
+                c.min_moves = max(c.min_moves, c.moves_bound)
             least_moves += c.min_moves
         parts.append(
             Part(

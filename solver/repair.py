@@ -354,6 +354,76 @@ def _price(state: _State, g: int, k: int) -> int:
     return 1 if state.choice[g] == before else 0
 
 
+def _shift(state: _State, chain: list[tuple[int, int]], sign: float) -> None:
+    """Add (``sign`` 1) or take back (-1) the chain's moves on the loads only: a search
+    looks at hundreds of chains and makes none of them. (A path crosses a resource once.)"""
+    load = state.load
+    for g, k in chain:
+        w = float(state.weight[g]) * sign
+        old = int(state.choice[g])
+        if old >= 0:
+            load[state.row(g, old)] -= w
+        load[state.row(g, k)] += w
+    load[state.problem.pad] = 0.0
+
+
+def _expand(
+    state: _State,
+    res: int,
+    chain: list[tuple[int, int]],
+    price: int,
+    frozen: set[int],
+    budget: int,
+    done: set[int],
+    queue: deque[tuple[int, list[tuple[int, int]], int]],
+) -> tuple[list[tuple[int, int]], int] | None:
+    """One step of :func:`_relieve`: the flows on ``res`` (after ``chain``) and where they
+    could go; a finished chain is made and returned, longer ones are queued."""
+    scale = state.problem.scale
+    limit = state.limit
+    busy = frozen | {g for g, _ in chain}
+    _shift(state, chain, 1.0)
+    try:
+        for g in state.on(res):
+            if g in busy:
+                continue
+            before = int(state.prior[g])
+            old = int(state.choice[g])
+            if before >= 0 and old == before and price + 1 >= budget:
+                continue  # any move of it costs one, which the budget does not allow
+            rows = state.candidates(g)
+            # Where a candidate shares a resource with its current path (the same column: a
+            # pair's paths cross each layer at the same hop), moving adds nothing there.
+            stays = rows == state.row(g, old)
+            util = (state.load[rows] + state.weight[g] * ~stays) * scale[rows]
+            blocked = util > limit
+            count = blocked.sum(axis=1)
+            count[old] = rows.shape[1] + 1
+            for k in np.flatnonzero(count == 0).tolist():
+                total = price + _price(state, g, k)
+                if total < budget:
+                    moves = [*chain, (g, k)]
+                    _shift(state, chain, -1.0)
+                    chain = []  # taken back: nothing for ``finally`` to undo
+                    _make(state, moves)
+                    return moves, total
+            for k in np.flatnonzero(count == 1).tolist():
+                step = _price(state, g, k)
+                if price + max(step, 0) >= budget:
+                    continue
+                nxt = int(rows[k][blocked[k]][0])
+                if nxt in done:
+                    continue
+                item = (nxt, [*chain, (g, k)], price + step)
+                if step <= 0:
+                    queue.appendleft(item)
+                else:
+                    queue.append(item)
+    finally:
+        _shift(state, chain, -1.0)
+    return None
+
+
 def _relieve(
     state: _State,
     r: int | list[tuple[int, list[tuple[int, int]]]],
@@ -369,9 +439,6 @@ def _relieve(
     ``frozen`` flows do not move. ``r`` may instead be several starts ``(resource, moves that
     made it overfull)``, searched together. Returns the moves ``(flow, candidate)``, made,
     and their price, or ``None`` (nothing changed)."""
-    problem = state.problem
-    scale = problem.scale
-    limit = state.limit
     starts = [(r, [])] if isinstance(r, int) else r
     queue: deque[tuple[int, list[tuple[int, int]], int]] = deque(
         (res, chain, 0) for res, chain in starts
@@ -386,39 +453,9 @@ def _relieve(
         visited += 1
         if visited > CHAIN_NODES:
             return None
-        olds = _make(state, chain)
-        busy = frozen | {g for g, _ in chain}
-        for g in state.on(res):
-            if g in busy:
-                continue
-            old = int(state.choice[g])
-            rows = state.candidates(g)
-            extra = np.full(rows.shape, state.weight[g])
-            for c in state.row(g, old).tolist():
-                extra[rows == c] = 0.0  # the room it leaves
-            util = (state.load[rows] + extra) * scale[rows]
-            blocked = util > limit
-            count = blocked.sum(axis=1)
-            count[old] = rows.shape[1] + 1
-            for k in np.flatnonzero(count == 0).tolist():
-                total = price + _price(state, g, k)
-                if total < budget:
-                    state.remove(g)
-                    state.add(g, k)
-                    return [*chain, (g, k)], total
-            for k in np.flatnonzero(count == 1).tolist():
-                step = _price(state, g, k)
-                if price + max(step, 0) >= budget:
-                    continue
-                nxt = int(rows[k][blocked[k]][0])
-                if nxt in done:
-                    continue
-                item = (nxt, [*chain, (g, k)], price + step)
-                if step <= 0:
-                    queue.appendleft(item)
-                else:
-                    queue.append(item)
-        _unmake(state, olds)
+        found = _expand(state, res, chain, price, frozen, budget, done, queue)
+        if found is not None:
+            return found
     return None
 
 
@@ -449,7 +486,7 @@ def _chain(state: _State, i: int, moved: BoolArray) -> bool:
         _restore(state, saved)
     seen: set[bytes] = set()
     for k in np.flatnonzero(count == 2).tolist():
-        if cost <= 1 or len(seen) >= EJECT_ROWS:
+        if cost <= 1 or len(seen) >= TWO_ROWS:
             break
         key = np.where(blocked[k], rows[k], -1).tobytes()
         if key in seen:
@@ -479,8 +516,8 @@ def _chain(state: _State, i: int, moved: BoolArray) -> bool:
     return True
 
 
-CHAIN_ROWS = 64
-"""Candidates of a flow a chain search tries (one per set of full resources)."""
+TWO_ROWS = 8
+"""Candidates full on two resources a chain search tries (one per pair of resources)."""
 
 
 MAX_EXCHANGES = 64
