@@ -348,7 +348,8 @@ def plot(rows: Sequence[FailureRow], path: Path) -> None:
     left.set_ylabel("seconds")
     left.set_title("plan and re-plan time per failure")
     right.bar(xs - 0.2, [max(r.moved, 1) for r in rows], 0.4, label="moved")
-    right.bar(xs + 0.2, [max(r.min_moves, 1) for r in rows], 0.4, label="lower bound on moves")
+    right.bar(xs + 0.2, [max(r.min_moves, 1) for r in rows], 0.4,
+              label="fewest moves (or a lower bound)")  # fmt: skip
     right.set_yscale("log")
     right.set_ylabel("flows (log scale)")
     right.set_title("flows moved by the re-plan")

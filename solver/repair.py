@@ -21,12 +21,19 @@ minimum in the common cases (a failed link: its flows move and nothing else need
 leave, preferring those that also relieve another over-full resource, then the lightest-loaded
 alternatives. (2) *Place* the evicted and the unplaced flows, heaviest first, each on the
 candidate whose worst utilization after adding it is least, if that is ``<= z``. (3) Where no
-candidate fits, an *ejection chain* of depth one: take the candidate with the fewest blocking
-resources, and for each blocking resource relocate one flow that crosses it to a candidate of its
-own that fits (flows already moved first, as moving them again costs nothing). If a flow still
+candidate fits, the *cheapest chain* (:func:`_relieve`): the flow takes a candidate full on one
+resource (or two), a flow on that resource leaves for a candidate full on at most one other
+(counting the room the chain's earlier moves freed), and so on until one lands where there is
+room; chains are priced in new moves (a flow that moved already moves again for free, one
+sent back to its old path earns one back) and searched 0-1 breadth-first. This is the
+capacitated, many-colour form of a Kempe chain; on a full fabric (every leaf link at ``z``)
+nothing shorter exists. (4) Failing that, on two tiers a two-spine exchange
+(:mod:`solver.kempe`), then an *ejection chain* up to three levels deep: for each blocking
+resource of the candidate with the fewest, relocate one flow that crosses it. If a flow still
 does not fit, the repair fails at this ``z`` and the planner falls back to its other methods.
-Each step only looks at the flows on the resources involved, so a repair costs milliseconds even
-at 16k GPUs.
+(5) Last, moved flows go back to their previous path wherever a chain of price zero makes
+room. Each step only looks at the flows on the resources involved, so a repair costs
+milliseconds even at 16k GPUs.
 """
 
 from __future__ import annotations
