@@ -42,9 +42,11 @@ plan to the bound: flows that may stay do, flows on over-full links are evicted,
 re-placed (``repair``). If that misses the bound, the part is planned as a full plan and then
 repaired from the previous plan at the utilization that reached, keeping the best by (max
 utilization, moves, links at max). The plan reports a lower bound on the moves
-(:func:`solver.repair.min_moves`). The snapshot's candidate paths are derived from the previous
-plan's when only links went away. Strategy ``greedy`` keeps the old behaviour (keep what may
-stay, place the rest greedily).
+(:func:`solver.repair.min_moves`); where the repair moves more than that and the part is
+small, :func:`solver.moves.fewest_moves` looks for the exact fewest (within a quarter second)
+and its proven bound raises the reported one. The snapshot's candidate paths are derived
+from the previous plan's when only links went away. Strategy ``greedy`` keeps the old
+behaviour (keep what may stay, place the rest greedily).
 
 **Budget** (seconds) bounds the search: LP and CP-SAT share what the constructive step leaves,
 in proportion to sub-problem size. Construction always runs (milliseconds; about a second at
