@@ -22,8 +22,8 @@ flow whose chosen footprint holds its previous path stays, the others take the c
 that footprint that keeps the resources outside ``W`` least loaded. If no resource is then over
 the target, the completion is a real plan whose moves equal the relaxation's optimum: the
 minimum, proven. Otherwise the over-full resources join ``W`` and the model is solved again.
-``W`` starts with the resources already over the target and the full ones that the flows to
-place would need, so two or three rounds usually close it.
+``W`` starts with the resources already over the target; two or three rounds usually close it
+(3-tier fat-tree at 4,096 GPUs, a spine down: three rounds, 6 s, the minimum proven).
 
 Equal weights only (the integer capacities are then exact); for other components the caller
 keeps its heuristic and counting bound.
@@ -91,14 +91,10 @@ class _Neighbourhood:
         self.counts[self.pad] = 0
 
     def seed(self) -> BoolArray:
-        """The first ``W``: resources over capacity now, and the full resources on the
-        candidates of the flows to place."""
+        """The first ``W``: the resources over capacity now. The rest is added where the
+        completed answers overload something (seeding it with every full resource the flows
+        to place could use made the first model of a 3-tier fabric too large to solve)."""
         inside = self.counts > self.cap
-        problem = self.problem
-        for i in np.flatnonzero(self.prior < 0).tolist():
-            rows = problem.candidates(int(problem.pair[self.flows[i]]))
-            full = rows[self.counts[rows] >= self.cap[rows]]
-            inside[full] = True
         inside[self.pad] = False
         return inside
 
@@ -234,12 +230,15 @@ def fewest_moves(
     time_limit: float = 1.0,
     seed: int = 0,
     max_options: int | None = None,
+    chains: bool = True,
 ) -> FewestMoves:
     """The fewest of ``flows`` (one component, equal weights) that must leave their previous
     candidate (``prior``: ``-1`` gone, ``-2`` none before) for every resource to be at
     utilization ``<= z``; ``incumbent`` (a full assignment reaching ``z``) hints the search.
     ``max_options`` stops before a round whose free flows have more candidates than that (a
-    caller with milliseconds to spend). See the module docstring."""
+    caller with milliseconds to spend); ``chains`` completes an answer that overloads some
+    resources by chains of moves (:func:`solver.repair.settle`), a better incumbent at some
+    cost. See the module docstring."""
     start = time.perf_counter()
     weights = problem.weight[flows]
     if not len(flows) or np.any(weights != weights[0]):
@@ -264,7 +263,7 @@ def fewest_moves(
         if choice is None:
             break
         over = hood.over(choice)
-        if over.size:
+        if over.size and chains:
             settled = settle(problem, flows, prior, choice, z)
             if settled is not None and not hood.over(settled).size:
                 moves = hood.movers(settled)

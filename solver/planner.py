@@ -97,6 +97,9 @@ POLISH_SECONDS = 0.25
 
 POLISH_OPTIONS = 4000
 """Largest neighbourhood (candidates of its free flows) that search takes on: milliseconds."""
+
+POLISH_FLOWS = 1000
+"""Largest component a re-plan searches for fewer moves (larger ones: ``c4p bench``)."""
 """Part of a sub-problem's time the LP bound may take before CP-SAT."""
 
 
@@ -330,13 +333,13 @@ class _Planner:
         problem = self.problem
         mine = np.where(self.previous.had[c.flows], prior, -2)
         moves = int(np.count_nonzero((mine != -2) & (choice != mine)))
-        if moves <= min_moves(problem, c.flows, mine, c.best):
+        if len(c.flows) > POLISH_FLOWS or moves <= min_moves(problem, c.flows, mine, c.best):
             return choice
         left = min(POLISH_SECONDS, self.deadline - time.perf_counter())
         if left <= MIN_SEARCH_SECONDS:
             return choice
         found = fewest_moves(problem, c.flows, mine, c.best, choice, time_limit=left,
-                             seed=self.seed, max_options=POLISH_OPTIONS)  # fmt: skip
+                             seed=self.seed, max_options=POLISH_OPTIONS, chains=False)  # fmt: skip
         c.moves_bound = found.bound
         if found.choice is not None and found.moves is not None and found.moves < moves:
             c.notes += (found.note,)
