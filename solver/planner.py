@@ -93,7 +93,8 @@ BUILD_SECONDS_PER_PATH = 2e-5
 LP_SHARE = 0.25
 
 POLISH_SECONDS = 0.25
-"""Most a re-plan spends looking for fewer moves than its repair made (:mod:`solver.moves`)."""
+"""Most a re-plan spends in all looking for fewer moves than its repairs made
+(:mod:`solver.moves`)."""
 
 POLISH_OPTIONS = 4000
 """Largest neighbourhood (candidates of its free flows) that search takes on: milliseconds."""
@@ -193,6 +194,7 @@ class _Planner:
         self._shape: fattree.FatTreeShape | str | None = None
         self._intact_shape: fattree.FatTreeShape | str | None = None
         self._grids: dict[int, SpineGrid] = {}
+        self._polish_left = POLISH_SECONDS
 
     def key(self, c: _Component, choice: IntArray) -> tuple[float, ...]:
         """What "better" means for a component: the objective, lexicographically."""
@@ -335,11 +337,13 @@ class _Planner:
         moves = int(np.count_nonzero((mine != -2) & (choice != mine)))
         if len(c.flows) > POLISH_FLOWS or moves <= min_moves(problem, c.flows, mine, c.best):
             return choice
-        left = min(POLISH_SECONDS, self.deadline - time.perf_counter())
+        started = time.perf_counter()
+        left = min(self._polish_left, self.deadline - started)
         if left <= MIN_SEARCH_SECONDS:
             return choice
         found = fewest_moves(problem, c.flows, mine, c.best, choice, time_limit=left,
                              seed=self.seed, max_options=POLISH_OPTIONS, chains=False)  # fmt: skip
+        self._polish_left -= time.perf_counter() - started
         c.moves_bound = found.bound
         if found.choice is not None and found.moves is not None and found.moves < moves:
             c.notes += (found.note,)
