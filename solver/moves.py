@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from solver.chains import settle
 from solver.problem import TOLERANCE, Problem
-from solver.repair import settle
 from topology.index import BoolArray, IntArray
 
 __all__ = ["FewestMoves", "fewest_moves"]
@@ -237,7 +237,7 @@ def fewest_moves(
     utilization ``<= z``; ``incumbent`` (a full assignment reaching ``z``) hints the search.
     ``max_options`` stops before a round whose free flows have more candidates than that (a
     caller with milliseconds to spend); ``chains`` completes an answer that overloads some
-    resources by chains of moves (:func:`solver.repair.settle`), a better incumbent at some
+    resources by chains of moves (:func:`solver.chains.settle`), a better incumbent at some
     cost. See the module docstring."""
     start = time.perf_counter()
     weights = problem.weight[flows]
