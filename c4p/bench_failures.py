@@ -50,6 +50,7 @@ from solver.moves import fewest_moves
 from solver.patterns import derive_workload
 from solver.planner import flow_weights, plan
 from solver.problem import build_problem
+from solver.repair import repair
 from solver.result import Plan
 from topology.generators import sized_for_gpus
 from topology.model import Fabric, LinkStatus
@@ -65,6 +66,10 @@ KINDS = (
 )
 RESTORED = KINDS[0]
 """The failure whose link comes back in the ``restore`` row."""
+
+LOOKAHEAD = 3
+"""Flows needing a chain whose every placement the offline repair tries (see
+:func:`solver.repair.repair`)."""
 
 LEAST_MOVES_SECONDS = 20.0
 """Time per row for :func:`solver.moves.fewest_moves` where the re-plan's moves are above the
@@ -95,6 +100,9 @@ class FailureRow:
     crossed: int
     minimum_proven: bool = False
     """``min_moves`` is the exact minimum (a plan moving that few was found or is ``moved``)."""
+    fewest_found: int = 0
+    """The fewest moves of any plan found at that utilization (offline searches included): the
+    minimum lies between ``min_moves`` and this."""
 
 
 def _link_loads(fabric: Fabric, result: Plan) -> tuple[dict[int, int], dict[int, int]]:
@@ -207,9 +215,11 @@ def run_fabric(
         degraded[kind] = again
         dead = {2 * li for li in change} | {2 * li + 1 for li in change}
         crossed = sum(1 for path in before.paths if dead.intersection(path))
-        least, proven = len(again.moved), True
+        least, proven, fewest = len(again.moved), True, len(again.moved)
         if (again.min_moves or 0) < len(again.moved):
-            least, proven = least_moves(snapshot, workload, before, again, LEAST_MOVES_SECONDS)
+            least, proven, fewest = least_moves(
+                snapshot, workload, before, again, LEAST_MOVES_SECONDS
+            )
         least = max(least, again.min_moves or 0)
         row = FailureRow(
             fabric=name,
@@ -231,6 +241,7 @@ def run_fabric(
             min_moves=least,
             crossed=crossed,
             minimum_proven=proven or least == len(again.moved),
+            fewest_found=min(fewest, len(again.moved)),
         )
         rows.append(row)
         if progress is not None:
@@ -240,25 +251,36 @@ def run_fabric(
 
 def least_moves(
     snapshot: Fabric, workload: Workload, before: Plan, after: Plan, seconds: float
-) -> tuple[int, bool]:
+) -> tuple[int, bool, int]:
     """A proven lower bound on the flows any plan at ``after``'s utilization (per component)
-    must move from ``before``, and whether it is the exact minimum (:mod:`solver.moves`)."""
+    must move from ``before``, whether it is the exact minimum (:mod:`solver.moves`), and
+    the fewest moves found by any means (a repair looking ahead over its chains where the
+    minimum is not proven): the minimum lies between the first and the last."""
     flows, weight = flow_weights(workload)
     problem = build_problem(snapshot, flows, weight, before.candidates)
     prior = match_previous(problem, before.flows, before.paths, before.snapshot)
     now = match_previous(problem, after.flows, after.paths, after.snapshot)
-    total, proven = 0, True
+    total, proven, found_total = 0, True, 0
     components = zip(problem.component_flows(), problem.component_resources(), strict=True)
     for members, resources in components:
         mine = np.where(prior.had[members], prior.choice[members], -2)
         chosen = now.choice[members]
+        moves = int(np.count_nonzero((mine != -2) & (chosen != mine)))
         if np.array_equal(mine, chosen) or np.any(chosen < 0):
+            found_total += moves
             continue
         z = problem.measure(problem.loads(members, chosen), resources=resources).max_utilization
         found = fewest_moves(problem, members, mine, z, chosen, time_limit=seconds)
         total += found.bound
         proven = proven and found.proven
-    return total, proven
+        best = min(moves, found.moves if found.moves is not None else moves)
+        if not found.proven:
+            deadline = time.perf_counter() + seconds
+            ahead = repair(problem, members, mine, z, lookahead=LOOKAHEAD, deadline=deadline)
+            if ahead.reached:
+                best = min(best, int(np.count_nonzero((mine != -2) & (ahead.choice != mine))))
+        found_total += best
+    return total, proven, found_total
 
 
 def _maker(kind: str, gpus: int) -> Callable[[], Fabric]:
@@ -292,6 +314,13 @@ def run(
     return rows
 
 
+def _minimum(r: FailureRow) -> str:
+    """The fewest moves: exact, or the range between the proven bound and the fewest found."""
+    if r.minimum_proven or r.fewest_found <= r.min_moves:
+        return str(r.min_moves)
+    return f"{r.min_moves}-{r.fewest_found}"
+
+
 def markdown(rows: Sequence[FailureRow], command: str, seconds: float) -> str:
     head = (
         "| fabric | failure | links | flows | ECMP | greedy | c4p | bound | c4p re-plan "
@@ -307,7 +336,7 @@ def markdown(rows: Sequence[FailureRow], command: str, seconds: float) -> str:
             f" | {r.util_greedy:.2f} | {r.util_c4p:.2f}{mark} | {r.bound:.2f}"
             f" | {r.util_replan:.2f}{again} | {r.plan_s:.3f} ({r.plan_cpu_s:.3f})"
             f" | {r.replan_s:.3f} ({r.replan_cpu_s:.3f}) | {r.moved}"
-            f" | {r.min_moves}{'' if r.minimum_proven else ' (bound)'} | {r.crossed} |"
+            f" | {_minimum(r)} | {r.crossed} |"
         )
     machine = f"{platform.machine()}, Python {platform.python_version()}"
     return (
@@ -323,10 +352,11 @@ def markdown(rows: Sequence[FailureRow], command: str, seconds: float) -> str:
         "missing links); *c4p re-plan* starts from the healthy plan in force. *plan s* / "
         "*re-plan s* are `plan()` wall times (snapshot index built beforehand, as in the "
         "controller). *moved* is what the re-plan moved, *min moves* the fewest flows any plan "
-        "reaching the re-plan's utilization must move, or (bound) a proven lower bound on "
-        "it where the minimum is not known, *crossed* the flows whose path used a failed "
-        "link. *restore* brings the busiest uplink back and re-plans from the plan in force "
-        "while it was down. (feasible) marks a plan not proven optimal.\n\n"
+        "reaching the re-plan's utilization must move, or where that is not known the range "
+        "from a proven lower bound to the fewest moves any search found, *crossed* the "
+        "flows whose path used a failed link. *restore* brings the busiest uplink back and "
+        "re-plans from the plan in force while it was down. (feasible) marks a plan not "
+        "proven optimal.\n\n"
         + head
         + "\n".join(lines)
         + "\n\n![re-plan time and moves](benchmarks-failures.png)\n"

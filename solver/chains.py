@@ -30,7 +30,17 @@ import numpy as np
 from solver.problem import TOLERANCE, Problem
 from topology.index import BoolArray, FloatArray, IntArray
 
-__all__ = ["State", "limit_of", "place_by_chain", "relieve", "restore", "send_back", "settle"]
+__all__ = [
+    "State",
+    "chain_options",
+    "limit_of",
+    "make",
+    "place_by_chain",
+    "relieve",
+    "restore",
+    "send_back",
+    "settle",
+]
 
 
 def limit_of(z: float) -> float:
@@ -290,6 +300,50 @@ def relieve(
         if found is not None:
             return found
     return None
+
+
+def chain_options(state: State, i: int) -> list[tuple[int, list[tuple[int, int]]]]:
+    """Every way :func:`place_by_chain` could place ``i``, one per set of full resources on
+    its candidates (each relieved by its own cheapest chain), cheapest first, as ``(price,
+    moves)``; nothing is changed. For a search that looks ahead (:func:`solver.repair.repair`
+    with ``lookahead``): the cheapest chain for one flow may leave the next one dearer."""
+    scale = state.problem.scale
+    util = state.utils(i)
+    blocked = util > state.limit
+    count = blocked.sum(axis=1)
+    rows = state.candidates(i)
+    out: list[tuple[int, list[tuple[int, int]]]] = []
+    seen: set[bytes] = set()
+    for k in np.argsort(count, kind="stable").tolist():
+        if not 1 <= count[k] <= 2:
+            continue
+        key = np.where(blocked[k], rows[k], -1).tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
+        saved = state.choice.copy()
+        state.add(i, k)
+        moves: list[tuple[int, int]] = [(i, k)]
+        price = 0
+        for r in rows[k][blocked[k]].tolist():
+            if state.load[r] * scale[r] <= state.limit:
+                continue
+            got = relieve(state, r, {i})
+            if got is None:
+                price = -1
+                break
+            moves.extend(got[0])
+            price += got[1]
+        restore(state, saved)
+        if price >= 0:
+            out.append((price, moves))
+    out.sort(key=lambda option: option[0])
+    return out
+
+
+def make(state: State, moves: list[tuple[int, int]]) -> None:
+    """Make the moves ``(flow, candidate)`` of a chain, in order."""
+    _make(state, moves)
 
 
 def place_by_chain(state: State, i: int, moved: BoolArray) -> bool:

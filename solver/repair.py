@@ -38,11 +38,20 @@ milliseconds even at 16k GPUs.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from solver.chains import State, limit_of, place_by_chain, restore, send_back
+from solver.chains import (
+    State,
+    chain_options,
+    limit_of,
+    make,
+    place_by_chain,
+    restore,
+    send_back,
+)
 from solver.kempe import SpineGrid, exchange
 from solver.problem import Problem
 from topology.index import BoolArray, FloatArray, IntArray
@@ -256,11 +265,23 @@ def _swap(state: State, grid: SpineGrid, i: int, z: float) -> bool:
 
 
 def repair(
-    problem: Problem, flows: IntArray, prior: IntArray, z: float, grid: SpineGrid | None = None
+    problem: Problem,
+    flows: IntArray,
+    prior: IntArray,
+    z: float,
+    grid: SpineGrid | None = None,
+    *,
+    lookahead: int = 0,
+    deadline: float | None = None,
 ) -> Repair:
     """Repair the component's ``flows`` (``prior``: each one's previous candidate, ``< 0``
     where none may stay) to utilization ``<= z``; see the module docstring. ``grid`` (2-tier
-    components of equal weights) enables two-spine exchanges."""
+    components of equal weights) enables two-spine exchanges.
+
+    ``lookahead`` > 0 (offline use: seconds, not milliseconds) tries, for that many of the
+    flows that need a chain, every way of placing each (:func:`solver.chains.chain_options`)
+    with the rest placed as usual, and keeps the way that moves least overall; it stops
+    branching at ``deadline`` (``time.perf_counter()``)."""
     choice = np.where(prior >= 0, prior, -1).astype(np.int64)
     state = State(problem, flows, choice, z)
     state.prior = prior
@@ -268,9 +289,33 @@ def repair(
     evicted = _evict(state)
     moved[evicted] = True
     free = np.flatnonzero(choice < 0)
-    order = free[np.argsort(-state.weight[free], kind="stable")]
+    order = free[np.argsort(-state.weight[free], kind="stable")].tolist()
+    if lookahead > 0:
+        start = choice.copy()
+        best = _look(state, order, moved, grid, z, lookahead, deadline)
+        restore(state, start)
+        if best is None:
+            return Repair(choice, False, 0)
+        for g in np.flatnonzero(best != choice).tolist():
+            state.remove(g)
+            state.add(g, int(best[g]))
+        reached = True
+    else:
+        reached = _place(state, order, moved, grid, z)
+    if reached:
+        send_back(state, prior)
+    had = prior >= 0
+    changed = had & (choice != prior)
+    return Repair(choice, reached, int(np.count_nonzero(changed)))
+
+
+def _place(
+    state: State, order: list[int], moved: BoolArray, grid: SpineGrid | None, z: float
+) -> bool:
+    """Place the flows of ``order`` one by one (steps 2-4 of the module docstring); whether
+    every one fitted (one that did not takes its least bad candidate)."""
     reached = True
-    for i in order.tolist():
+    for i in order:
         k = state.best_fit(i)
         if k >= 0:
             state.add(i, k)
@@ -284,8 +329,44 @@ def repair(
         reached = False
         util = state.utils(i)
         state.add(i, int(np.argmin(util.max(axis=1))))
-    if reached:
-        send_back(state, prior)
-    had = prior >= 0
-    changed = had & (choice != prior)
-    return Repair(choice, reached, int(np.count_nonzero(changed)))
+    return reached
+
+
+def _look(
+    state: State,
+    order: list[int],
+    moved: BoolArray,
+    grid: SpineGrid | None,
+    z: float,
+    depth: int,
+    deadline: float | None,
+) -> IntArray | None:
+    """The assignment moving least among the ways of placing the next ``depth`` flows that
+    need a chain (the rest as :func:`_place` does), or ``None`` if none reaches ``z``."""
+    prior = state.prior
+    for n, i in enumerate(order):
+        k = state.best_fit(i)
+        if k >= 0:
+            state.add(i, k)
+            continue
+        late = deadline is not None and time.perf_counter() > deadline
+        options = [] if depth <= 0 or late else chain_options(state, i)
+        if not options:
+            if not _place(state, order[n:], moved, grid, z):
+                return None
+            send_back(state, prior)
+            return state.choice.copy()
+        best: IntArray | None = None
+        fewest = len(prior) + 1
+        for _, moves in options:
+            saved = state.choice.copy()
+            make(state, moves)
+            found = _look(state, order[n + 1 :], moved, grid, z, depth - 1, deadline)
+            restore(state, saved)
+            if found is not None:
+                count = int(np.count_nonzero((prior >= 0) & (found != prior)))
+                if count < fewest:
+                    best, fewest = found, count
+        return best
+    send_back(state, prior)
+    return state.choice.copy()

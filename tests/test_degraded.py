@@ -350,3 +350,40 @@ def test_replans_on_full_fabrics_move_at_most_the_exact_minimum_plus_ten_percent
     least = fewest_moves(snapshot, flows, before.paths, after=after.paths)
     assert after.min_moves is not None
     assert after.min_moves <= least <= len(after.moved) <= 1.1 * least
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(saturated())
+def test_an_offline_repair_looking_ahead_stays_valid_and_above_the_minimum(
+    case: tuple[Fabric, Fabric, list[Flow]],
+) -> None:
+    """``repair(lookahead=...)`` (the ladder's search for fewer moves) returns paths that fit
+    the utilization it was asked for, and never claims fewer moves than the exact minimum."""
+    import numpy as np
+
+    from solver.incremental import match_previous
+    from solver.problem import build_problem
+    from solver.repair import repair
+
+    healthy, snapshot, flows = case
+    flows = _reachable(snapshot, flows)
+    before = plan(healthy, flows, budget=10)
+    after = plan(snapshot, flows, before, budget=10)
+    problem = build_problem(snapshot, flows, np.ones(len(flows)))
+    prior = match_previous(problem, before.flows, before.paths, before.snapshot)
+    cross = problem.cross
+    mine = np.where(prior.had[cross], prior.choice[cross], -2)
+    z = after.objective.max_utilization
+    out = repair(problem, cross, mine, z, lookahead=2)
+    if not out.reached:
+        return
+    choice = np.where(problem.pair >= 0, 0, 0)
+    choice[cross] = out.choice
+    paths = problem.paths(choice)
+    count: dict[int, int] = {}
+    for path in paths:
+        for r in path[1:-1]:
+            count[r] = count.get(r, 0) + 1
+    assert max(count.values(), default=0) <= z
+    moved = int(np.count_nonzero((mine != -2) & (out.choice != mine)))
+    assert moved >= fewest_moves(snapshot, flows, before.paths, z=int(z))
