@@ -43,9 +43,11 @@ plan to the bound: flows that may stay do, flows on over-full links are evicted,
 re-placed (``repair``). If that misses the bound, the part is planned as a full plan and then
 repaired from the previous plan at the utilization that reached, keeping the best by (max
 utilization, moves, links at max). The plan reports a lower bound on the moves
-(:func:`solver.repair.min_moves`). The snapshot's candidate paths are derived from the previous
-plan's when only links went away. Strategy ``greedy`` keeps the old behaviour (keep what may
-stay, place the rest greedily).
+(:func:`solver.repair.min_moves`); where the repair moves more than that and the part is
+small, :func:`solver.moves.fewest_moves` looks for the exact fewest (within a quarter second)
+and its proven bound raises the reported one. The snapshot's candidate paths are derived
+from the previous plan's when only links went away. Strategy ``greedy`` keeps the old
+behaviour (keep what may stay, place the rest greedily).
 
 **Budget** (seconds) bounds the search: LP and CP-SAT share what the constructive step leaves,
 in proportion to sub-problem size. Construction always runs (milliseconds; about a second at
@@ -72,6 +74,7 @@ from solver.flows import Flow, Workload
 from solver.greedy import exact_reason, exact_spines, place_exact, place_greedy, spine_rows
 from solver.incremental import Previous, match_middles, match_previous
 from solver.kempe import SpineGrid
+from solver.moves import fewest_moves
 from solver.problem import SAME_LEAF, TOLERANCE, UNREACHABLE, Objective, Problem, build_problem
 from solver.repair import min_moves, repair
 from solver.result import Bounds, Part, Plan
@@ -89,6 +92,16 @@ BUILD_SECONDS_PER_PATH = 2e-5
 """Rough cost of building a CP-SAT model, per candidate variable, measured on 2 cores."""
 
 LP_SHARE = 0.25
+
+POLISH_SECONDS = 0.25
+"""Most a re-plan spends in all looking for fewer moves than its repairs made
+(:mod:`solver.moves`)."""
+
+POLISH_OPTIONS = 4000
+"""Largest neighbourhood (candidates of its free flows) that search takes on: milliseconds."""
+
+POLISH_FLOWS = 1000
+"""Largest component a re-plan searches for fewer moves (larger ones: ``c4p bench``)."""
 """Part of a sub-problem's time the LP bound may take before CP-SAT."""
 
 
@@ -128,6 +141,8 @@ class _Component:
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
     min_moves: int | None = None
+    moves_bound: int = 0
+    """A lower bound on the moves at ``best`` from :mod:`solver.moves`, where it ran."""
 
     @property
     def best(self) -> float:
@@ -180,6 +195,7 @@ class _Planner:
         self._shape: fattree.FatTreeShape | str | None = None
         self._intact_shape: fattree.FatTreeShape | str | None = None
         self._grids: dict[int, SpineGrid] = {}
+        self._polish_left = POLISH_SECONDS
 
     def key(self, c: _Component, choice: IntArray) -> tuple[float, ...]:
         """What "better" means for a component: the objective, lexicographically."""
@@ -269,7 +285,7 @@ class _Planner:
             if self.strategy == "auto":
                 fixed = repair(problem, c.flows, prior, c.best, self.grid(c))
                 if fixed.reached:
-                    c.choice, c.method = fixed.choice, "repair"
+                    c.choice, c.method = self.fewer_moves(c, prior, fixed.choice), "repair"
                     c.seconds = time.perf_counter() - start
                     return
             options.append((self.greedy(c.flows, prior), "greedy", False))
@@ -311,6 +327,29 @@ class _Planner:
             if fixed.reached and self.key(c, fixed.choice) < keys[best]:
                 c.choice, c.method = fixed.choice, "repair"
         c.seconds = time.perf_counter() - start
+
+    def fewer_moves(self, c: _Component, prior: IntArray, choice: IntArray) -> IntArray:
+        """A repair at the bound that moves more than the counting bound allows, on a
+        component small enough for it: the exact fewest moves of :mod:`solver.moves` (its
+        bound is kept for the report either way)."""
+        assert self.previous is not None
+        problem = self.problem
+        mine = np.where(self.previous.had[c.flows], prior, -2)
+        moves = int(np.count_nonzero((mine != -2) & (choice != mine)))
+        if len(c.flows) > POLISH_FLOWS or moves <= min_moves(problem, c.flows, mine, c.best):
+            return choice
+        started = time.perf_counter()
+        left = min(self._polish_left, self.deadline - started)
+        if left <= MIN_SEARCH_SECONDS:
+            return choice
+        found = fewest_moves(problem, c.flows, mine, c.best, choice, time_limit=left,
+                             seed=self.seed, max_options=POLISH_OPTIONS, chains=False)  # fmt: skip
+        self._polish_left -= time.perf_counter() - started
+        c.moves_bound = found.bound
+        if found.choice is not None and found.moves is not None and found.moves < moves:
+            c.notes += (found.note,)
+            return found.choice
+        return choice
 
     def heal(self, c: _Component, prior: IntArray | None) -> tuple[IntArray, str, bool] | None:
         """Colour the intact structure (every link taken as up), keep the flows whose colour
@@ -586,6 +625,8 @@ def _assemble(
         if prior is not None:
             mine = np.where(prior.had[c.flows], prior.choice[c.flows], -2)
             c.min_moves = min_moves(problem, c.flows, mine, local.max_utilization)
+            if _meets(local.max_utilization, c.best):  # the polish bound is at ``best``
+                c.min_moves = max(c.min_moves, c.moves_bound)
             least_moves += c.min_moves
         parts.append(
             Part(

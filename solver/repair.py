@@ -21,22 +21,39 @@ minimum in the common cases (a failed link: its flows move and nothing else need
 leave, preferring those that also relieve another over-full resource, then the lightest-loaded
 alternatives. (2) *Place* the evicted and the unplaced flows, heaviest first, each on the
 candidate whose worst utilization after adding it is least, if that is ``<= z``. (3) Where no
-candidate fits, an *ejection chain* of depth one: take the candidate with the fewest blocking
-resources, and for each blocking resource relocate one flow that crosses it to a candidate of its
-own that fits (flows already moved first, as moving them again costs nothing). If a flow still
+candidate fits, the *cheapest chain* (:mod:`solver.chains`): the flow takes a candidate full on one
+resource (or two), a flow on that resource leaves for a candidate full on at most one other
+(counting the room the chain's earlier moves freed), and so on until one lands where there is
+room; chains are priced in new moves (a flow that moved already moves again for free, one
+sent back to its old path earns one back) and searched 0-1 breadth-first. This is the
+capacitated, many-colour form of a Kempe chain; on a full fabric (every leaf link at ``z``)
+nothing shorter exists. (4) Failing that, on two tiers a two-spine exchange
+(:mod:`solver.kempe`), then an *ejection chain* up to three levels deep: for each blocking
+resource of the candidate with the fewest, relocate one flow that crosses it. If a flow still
 does not fit, the repair fails at this ``z`` and the planner falls back to its other methods.
-Each step only looks at the flows on the resources involved, so a repair costs milliseconds even
-at 16k GPUs.
+(5) Last, moved flows go back to their previous path wherever a chain of price zero makes
+room. Each step only looks at the flows on the resources involved, so a repair costs
+milliseconds even at 16k GPUs.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from solver.chains import (
+    State,
+    chain_options,
+    limit_of,
+    make,
+    place_by_chain,
+    restore,
+    send_back,
+)
 from solver.kempe import SpineGrid, exchange
-from solver.problem import TOLERANCE, Problem
+from solver.problem import Problem
 from topology.index import BoolArray, FloatArray, IntArray
 
 __all__ = ["Repair", "layers", "min_moves", "repair"]
@@ -62,10 +79,6 @@ def layers(problem: Problem) -> IntArray:
     return out
 
 
-def _limit(z: float) -> float:
-    return z * (1 + TOLERANCE) + TOLERANCE
-
-
 def min_moves(problem: Problem, flows: IntArray, prior: IntArray, z: float) -> int:
     """The lower bound of the module docstring: flows of ``flows`` that had a path (``prior``
     is ``-2`` for a flow without a previous path, ``-1`` for one whose path is gone) and must
@@ -82,7 +95,7 @@ def min_moves(problem: Problem, flows: IntArray, prior: IntArray, z: float) -> i
         heaviest = np.zeros(problem.pad + 1)
         np.maximum.at(heaviest, res, w)
         scale = problem.scale
-        over = np.flatnonzero((load * scale > _limit(z)) & (scale > 0))
+        over = np.flatnonzero((load * scale > limit_of(z)) & (scale > 0))
         if over.size:
             excess = np.ceil((load[over] * scale[over] - z) / (heaviest[over] * scale[over]) - 1e-9)
             layer = layers(problem)[over]
@@ -91,7 +104,7 @@ def min_moves(problem: Problem, flows: IntArray, prior: IntArray, z: float) -> i
     # Equal weights: a displaced flow that fits on no candidate beside the flows that stay
     # lands on a link that was full, which some staying flow must leave; a moved flow leaves
     # one unit on each link of its path (at most ``H`` links), so ``ceil(stuck / H)`` moves.
-    limit = _limit(z)
+    limit = limit_of(z)
     stuck = 0
     for f in flows[forced].tolist():
         rows = problem.candidates(int(problem.pair[f]))
@@ -104,92 +117,7 @@ def min_moves(problem: Problem, flows: IntArray, prior: IntArray, z: float) -> i
     return len(forced) + extra
 
 
-class _State:
-    """Loads and the flows on each resource, for one component, while repairing."""
-
-    def __init__(self, problem: Problem, flows: IntArray, choice: IntArray, z: float) -> None:
-        self.problem = problem
-        self.flows = flows
-        self.choice = choice
-        self.limit = _limit(z)
-        self.weight = problem.weight[flows]
-        self.pair = problem.pair[flows]
-        self.load: FloatArray = np.zeros(problem.pad + 1)
-        self.now = np.full((len(flows), problem.width), problem.pad, dtype=np.int64)
-        placed = np.flatnonzero(choice >= 0)
-        if placed.size:
-            self.now[placed] = problem.row_paths(problem.rows(flows[placed], choice[placed]))
-            self.load = problem.loads(flows[placed], choice[placed])
-        self.load[problem.pad] = 0.0
-        self.users: dict[int, set[int]] = {}
-        """Flows on a resource, for the resources asked about so far (kept by add/remove):
-        the few blocking resources are asked about thousands of times in a 3-tier repair."""
-
-    def on(self, r: int) -> list[int]:
-        """Positions of the flows whose current path crosses resource ``r``."""
-        users = self.users.get(r)
-        if users is None:
-            users = set(np.flatnonzero((self.now == r).any(axis=1)).tolist())
-            self.users[r] = users
-        return sorted(users)
-
-    def row(self, i: int, k: int) -> IntArray:
-        p = self.problem
-        return p.row(int(self.pair[i]), k)
-
-    def candidates(self, i: int) -> IntArray:
-        return self.problem.candidates(int(self.pair[i]))
-
-    def remove(self, i: int) -> None:
-        k = int(self.choice[i])
-        if k < 0:
-            return
-        row = self.row(i, k)
-        self.load[row] -= self.weight[i]
-        self.load[self.problem.pad] = 0.0
-        self.now[i] = self.problem.pad
-        if self.users:
-            for r in row.tolist():
-                users = self.users.get(r)
-                if users is not None:
-                    users.discard(i)
-        self.choice[i] = -1
-
-    def add(self, i: int, k: int) -> None:
-        row = self.row(i, k)
-        self.load[row] += self.weight[i]
-        self.load[self.problem.pad] = 0.0
-        self.now[i] = row
-        if self.users:
-            for r in row.tolist():
-                users = self.users.get(r)
-                if users is not None:
-                    users.add(i)
-        self.choice[i] = k
-
-    def utils(self, i: int) -> FloatArray:
-        """Utilization along each candidate of flow ``i`` were it added there."""
-        rows = self.candidates(i)
-        util: FloatArray = (self.load[rows] + self.weight[i]) * self.problem.scale[rows]
-        return util
-
-    def best_fit(self, i: int) -> int:
-        """The candidate that keeps ``i``'s worst utilization least if within the limit,
-        ties by the sum; ``-1`` if none fits."""
-        util = self.utils(i)
-        peak = util.max(axis=1)
-        fits = np.flatnonzero(peak <= self.limit)
-        if not fits.size:
-            return -1
-        best = peak[fits].min()
-        tied = fits[peak[fits] <= best + abs(best) * TOLERANCE]
-        if tied.size > 1:
-            total = util[tied].sum(axis=1)
-            return int(tied[np.argmin(total)])
-        return int(tied[0])
-
-
-def _evict(state: _State) -> list[int]:
+def _evict(state: State) -> list[int]:
     """Remove flows from every resource above the limit (see the module docstring)."""
     problem = state.problem
     scale = problem.scale
@@ -224,15 +152,8 @@ EJECT_DEEPER = 4
 """Flows on a blocking resource whose own ejection a chain tries one level deeper."""
 
 
-def _restore(state: _State, saved: IntArray) -> None:
-    for g in np.flatnonzero(state.choice != saved).tolist():
-        state.remove(g)
-        if saved[g] >= 0:
-            state.add(g, int(saved[g]))
-
-
 def _eject(
-    state: _State, i: int, moved: BoolArray, depth: int = 2, frozen: frozenset[int] = frozenset()
+    state: State, i: int, moved: BoolArray, depth: int = 2, frozen: frozenset[int] = frozenset()
 ) -> bool:
     """Place ``i`` by relocating one flow off each blocking resource of some candidate; a
     relocated flow that fits nowhere may in turn eject others, ``depth`` levels in all."""
@@ -282,7 +203,7 @@ def _eject(
                     ):
                         done = True
                         break
-                    _restore(state, before)
+                    restore(state, before)
                 if state.choice[g] < 0:
                     state.add(g, old)
             if not done:
@@ -291,7 +212,7 @@ def _eject(
         if ok:
             moved[state.choice != saved] = True
             return True
-        _restore(state, saved)
+        restore(state, saved)
     return False
 
 
@@ -299,7 +220,7 @@ MAX_EXCHANGES = 64
 """Spine pairs a two-spine exchange tries for one flow before giving up on it."""
 
 
-def _swap(state: _State, grid: SpineGrid, i: int, z: float) -> bool:
+def _swap(state: State, grid: SpineGrid, i: int, z: float) -> bool:
     """Place ``i`` by a two-spine exchange (:mod:`solver.kempe`), the one changing least:
     ``i`` goes to a spine ``a`` with room on one of its two links, and flows on ``a`` trade
     places with flows on a spine ``b`` that has room where ``a`` has none."""
@@ -344,23 +265,62 @@ def _swap(state: _State, grid: SpineGrid, i: int, z: float) -> bool:
 
 
 def repair(
-    problem: Problem, flows: IntArray, prior: IntArray, z: float, grid: SpineGrid | None = None
+    problem: Problem,
+    flows: IntArray,
+    prior: IntArray,
+    z: float,
+    grid: SpineGrid | None = None,
+    *,
+    lookahead: int = 0,
+    deadline: float | None = None,
 ) -> Repair:
     """Repair the component's ``flows`` (``prior``: each one's previous candidate, ``< 0``
     where none may stay) to utilization ``<= z``; see the module docstring. ``grid`` (2-tier
-    components of equal weights) enables two-spine exchanges."""
+    components of equal weights) enables two-spine exchanges.
+
+    ``lookahead`` > 0 (offline use: seconds, not milliseconds) tries, for that many of the
+    flows that need a chain, every way of placing each (:func:`solver.chains.chain_options`)
+    with the rest placed as usual, and keeps the way that moves least overall; it stops
+    branching at ``deadline`` (``time.perf_counter()``)."""
     choice = np.where(prior >= 0, prior, -1).astype(np.int64)
-    state = _State(problem, flows, choice, z)
+    state = State(problem, flows, choice, z)
+    state.prior = prior
     moved = np.zeros(len(flows), dtype=bool)
     evicted = _evict(state)
     moved[evicted] = True
     free = np.flatnonzero(choice < 0)
-    order = free[np.argsort(-state.weight[free], kind="stable")]
+    order = free[np.argsort(-state.weight[free], kind="stable")].tolist()
+    if lookahead > 0:
+        start = choice.copy()
+        best = _look(state, order, moved, grid, z, lookahead, deadline)
+        restore(state, start)
+        if best is None:
+            return Repair(choice, False, 0)
+        for g in np.flatnonzero(best != choice).tolist():
+            state.remove(g)
+            state.add(g, int(best[g]))
+        reached = True
+    else:
+        reached = _place(state, order, moved, grid, z)
+    if reached:
+        send_back(state, prior)
+    had = prior >= 0
+    changed = had & (choice != prior)
+    return Repair(choice, reached, int(np.count_nonzero(changed)))
+
+
+def _place(
+    state: State, order: list[int], moved: BoolArray, grid: SpineGrid | None, z: float
+) -> bool:
+    """Place the flows of ``order`` one by one (steps 2-4 of the module docstring); whether
+    every one fitted (one that did not takes its least bad candidate)."""
     reached = True
-    for i in order.tolist():
+    for i in order:
         k = state.best_fit(i)
         if k >= 0:
             state.add(i, k)
+            continue
+        if place_by_chain(state, i, moved):
             continue
         if grid is not None and _swap(state, grid, i, z):
             continue
@@ -369,6 +329,44 @@ def repair(
         reached = False
         util = state.utils(i)
         state.add(i, int(np.argmin(util.max(axis=1))))
-    had = prior >= 0
-    changed = had & (choice != prior)
-    return Repair(choice, reached, int(np.count_nonzero(changed)))
+    return reached
+
+
+def _look(
+    state: State,
+    order: list[int],
+    moved: BoolArray,
+    grid: SpineGrid | None,
+    z: float,
+    depth: int,
+    deadline: float | None,
+) -> IntArray | None:
+    """The assignment moving least among the ways of placing the next ``depth`` flows that
+    need a chain (the rest as :func:`_place` does), or ``None`` if none reaches ``z``."""
+    prior = state.prior
+    for n, i in enumerate(order):
+        k = state.best_fit(i)
+        if k >= 0:
+            state.add(i, k)
+            continue
+        late = deadline is not None and time.perf_counter() > deadline
+        options = [] if depth <= 0 or late else chain_options(state, i)
+        if not options:
+            if not _place(state, order[n:], moved, grid, z):
+                return None
+            send_back(state, prior)
+            return state.choice.copy()
+        best: IntArray | None = None
+        fewest = len(prior) + 1
+        for _, moves in options:
+            saved = state.choice.copy()
+            make(state, moves)
+            found = _look(state, order[n + 1 :], moved, grid, z, depth - 1, deadline)
+            restore(state, saved)
+            if found is not None:
+                count = int(np.count_nonzero((prior >= 0) & (found != prior)))
+                if count < fewest:
+                    best, fewest = found, count
+        return best
+    send_back(state, prior)
+    return state.choice.copy()

@@ -30,6 +30,9 @@ def test_failure_ladder_rows_are_consistent(name: str, tmp_path: Path) -> None:
         assert r.links >= 1
     spine = {r.failure: r for r in rows}["spine down"]
     assert spine.links > 1 and spine.crossed <= spine.moved  # its flows all had to move
+    back = {r.failure: r for r in rows}["restore"]
+    assert back.crossed == 0  # nothing is forced off a path when a link comes back
+    assert back.util_replan <= back.util_c4p + 1e-9  # as good as a full plan of the fabric
     table = tmp_path / "f.md"
     table.write_text(bench_failures.markdown(rows, "c4p bench --failures --test", 1.0))
     assert table.read_text().count("\n| ") == len(rows) + 1

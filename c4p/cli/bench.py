@@ -115,7 +115,8 @@ def _failure_ladder(
                 f"{row.fabric}, {row.failure}: ECMP {row.util_ecmp:.2f} / greedy "
                 f"{row.util_greedy:.2f} / c4p {row.util_c4p:.2f} ({row.status}) / bound "
                 f"{row.bound:.2f} in {row.plan_s:.3f} s; re-plan {row.util_replan:.2f} in "
-                f"{row.replan_s:.3f} s, moved {row.moved} (at least {row.min_moves})",
+                f"{row.replan_s:.3f} s, moved {row.moved} "
+                f"({'fewest' if row.minimum_proven else 'at least'} {row.min_moves})",
                 highlight=False,
             )
 
