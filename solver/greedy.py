@@ -76,14 +76,13 @@ def place_greedy(problem: Problem, flows: IntArray, load: FloatArray) -> IntArra
         w = weights[f]
         util = (load[rows] + w) * scale
         peak = util.max(axis=1)
-        best = peak.min()
-        tied = np.flatnonzero(peak <= best + abs(best) * TOLERANCE)
-        if tied.size > 1:
-            total = util[tied].sum(axis=1)
+        k = int(peak.argmin())
+        best = peak[k]
+        near = peak <= best + abs(best) * TOLERANCE
+        if near.sum() > 1:  # ties: the least sum of utilizations, then candidate order
+            total = np.where(near, util.sum(axis=1), np.inf)
             low = total.min()
-            k = int(tied[np.flatnonzero(total <= low + abs(low) * TOLERANCE)[0]])
-        else:
-            k = int(tied[0])
+            k = int((total <= low + abs(low) * TOLERANCE).argmax())
         load[rows[k]] += w
         choice[position[f]] = k
     return choice
