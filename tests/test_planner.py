@@ -147,6 +147,23 @@ def test_auto_is_never_worse_than_greedy(data: st.DataObject) -> None:
     assert auto.objective.key() <= greedy.objective.key()
 
 
+@SETTINGS
+@given(st.data())
+def test_a_shared_problem_plans_as_a_fresh_one(data: st.DataObject) -> None:
+    """``c4p plan`` builds the problem once for greedy and c4p: planning greedy on it first must
+    leave nothing behind that changes the next plan, and a problem for other flows is ignored."""
+    fabric = data.draw(small_fabrics(most_down=3))
+    flows = data.draw(flow_sets(fabric, max_flows=30, rates=data.draw(st.booleans())))
+    shared = build_problem(fabric, flows, np.array([f.rate for f in flows]))
+    greedy = plan(fabric, flows, strategy="greedy", problem=shared)
+    auto = plan(fabric, flows, budget=0.3, problem=shared)
+    assert greedy.paths == plan(fabric, flows, strategy="greedy").paths
+    fresh = plan(fabric, flows, budget=0.3)
+    assert auto.objective.key() == fresh.objective.key()
+    other = build_problem(fabric, flows[:1], np.ones(1))
+    assert plan(fabric, flows, strategy="greedy", problem=other).paths == greedy.paths
+
+
 # -- links that are not up ------------------------------------------------------------------------
 
 

@@ -26,8 +26,9 @@ from solver.evaluate import evaluate
 from solver.flows import Flow
 from solver.jobs import JobsFile
 from solver.patterns import derive_workload
-from solver.planner import STRATEGIES, plan
+from solver.planner import STRATEGIES, flow_weights, plan
 from solver.plans import PlanFile, plan_json_text
+from solver.problem import build_problem
 from solver.result import Plan
 from topology.errors import C4pError
 from topology.model import Fabric, LinkStatus
@@ -143,11 +144,11 @@ def plan_cmd(
             with phase("ecmp"):
                 ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
             with phase("greedy"):
-                greedy = plan(fabric, workload, strategy="greedy", seed=seed)
+                shared = build_problem(fabric, *flow_weights(workload))  # greedy's and c4p's
+                greedy = plan(fabric, workload, strategy="greedy", seed=seed, problem=shared)
             with phase("solve"):
-                result = plan(
-                    fabric, workload, previous, budget=budget, seed=seed, strategy=strategy
-                )
+                result = plan(fabric, workload, previous, budget=budget, seed=seed,
+                              strategy=strategy, problem=shared)  # fmt: skip
         with phase("write"):
             if output.suffix.lower() == ".json":  # the common case: no model per flow
                 write_text(output, plan_json_text(fabric, result.flows, result.paths,
