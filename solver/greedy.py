@@ -52,6 +52,8 @@ def place_greedy(problem: Problem, flows: IntArray, load: FloatArray) -> IntArra
     choice = np.full(len(flows), -1, dtype=np.int64)
     if not len(flows):
         return choice
+    if problem.two_tier and problem.tree is None:
+        return _place_two_tier(problem, flows, load)
     position = np.empty(problem.num_flows, dtype=np.int64)
     position[flows] = np.arange(len(flows))
     cache: dict[int, tuple[IntArray, FloatArray]] = {}
@@ -85,6 +87,63 @@ def place_greedy(problem: Problem, flows: IntArray, load: FloatArray) -> IntArra
             low = total.min()
             k = int((total <= low + abs(low) * TOLERANCE).argmax())
         load[rows[k]] += w
+        choice[position[f]] = k
+    return choice
+
+
+def _rounds(first: IntArray, second: IntArray) -> IntArray:
+    """Per item (in order): one more than the latest round of an earlier item sharing its
+    ``first`` or its ``second`` value, so that no round holds two items sharing either, and an
+    item comes after every earlier one that shares one."""
+    last: dict[tuple[int, int], int] = {}
+    out = np.empty(len(first), dtype=np.int64)
+    for i, (a, b) in enumerate(zip(first.tolist(), second.tolist(), strict=True)):
+        r = max(last.get((0, a), -1), last.get((1, b), -1)) + 1
+        last[(0, a)] = last[(1, b)] = r
+        out[i] = r
+    return out
+
+
+def _place_two_tier(problem: Problem, flows: IntArray, load: FloatArray) -> IntArray:
+    """:func:`place_greedy` on two tiers, many flows per numpy pass, with the same choices.
+
+    Why it is the same: a two-tier candidate is (an up-link of the source leaf, a down-link
+    into the destination leaf), so a flow's choice reads only loads that flows from its source
+    leaf or into its destination leaf change. Taken in rounds where no two flows share either
+    leaf, and after every earlier flow that shares one (:func:`_rounds`), each flow sees
+    exactly the loads it sees one by one. A 16k-GPU shuffled ring (32,768 flows) takes ~100
+    rounds instead of 32,768 steps of a dozen small numpy calls each."""
+    choice = np.full(len(flows), -1, dtype=np.int64)
+    order = greedy_order(problem, flows)
+    position = np.empty(problem.num_flows, dtype=np.int64)
+    position[flows] = np.arange(len(flows))
+    pairs = problem.pair[order]
+    leaves = problem.pair_leaves[pairs]
+    rounds = _rounds(leaves[:, 0], leaves[:, 1])
+    by_round = np.argsort(rounds, kind="stable")
+    bounds = np.searchsorted(rounds[by_round], np.arange(int(rounds.max()) + 2))
+    offset, table, scale = problem.offset, problem.table, problem.scale
+    for r in range(len(bounds) - 1):
+        idx = by_round[bounds[r] : bounds[r + 1]]
+        p, f = pairs[idx], order[idx]
+        w = problem.weight[f][:, None, None]
+        count = offset[p + 1] - offset[p]
+        k_all = np.arange(int(count.max()))[None, :]
+        valid = k_all < count[:, None]
+        rows = table[np.where(valid, offset[p][:, None] + k_all, 0)]  # [flow, candidate, hop]
+        util = (load[rows] + w) * scale[rows]
+        peak = np.where(valid, util.max(axis=2), np.inf)
+        n = np.arange(len(idx))
+        k = peak.argmin(axis=1)
+        best = peak[n, k][:, None]
+        near = peak <= best + np.abs(best) * TOLERANCE
+        tie = near.sum(axis=1) > 1
+        if tie.any():  # ties: the least sum of utilizations, then candidate order
+            total = np.where(near, util.sum(axis=2), np.inf)
+            low = total.min(axis=1)[:, None]
+            k = np.where(tie, (total <= low + np.abs(low) * TOLERANCE).argmax(axis=1), k)
+        chosen = rows[n, k]
+        np.add.at(load, chosen.ravel(), np.repeat(w.ravel(), chosen.shape[1]))
         choice[position[f]] = k
     return choice
 
