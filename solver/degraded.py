@@ -41,6 +41,7 @@ from solver.fattree import (
     _leaves,
     _paths,
 )
+from solver.podchains import fix_pods
 from topology.index import BoolArray, IntArray
 
 __all__ = ["assign_degraded"]
@@ -165,6 +166,11 @@ def assign_degraded(
         agg, core = none.copy(), none.copy()
         try:
             agg[on] = _stage_one(shape, ok, (s[on], d[on]), prev_agg[on], target, method)
+            if method == "leaf":  # leaf-wise colours may leave pods over: chains fix that
+                fixed = fix_pods(shape, ok, (s[on], d[on]), agg[on], target)
+                if fixed is None:
+                    continue
+                agg[on] = fixed
             keep = np.where(agg == prev_agg, prev_core, -1)
             core[far] = _stage_two(shape, ok, (s[far], d[far]), agg[far], keep[far], target)
         except SplitInfeasible:
