@@ -88,6 +88,9 @@ MIN_SEARCH_SECONDS = 0.02
 BUILD_SECONDS_PER_PATH = 2e-5
 """Rough cost of building a CP-SAT model, per candidate variable, measured on 2 cores."""
 
+REPAIR_SHARE = 0.1
+"""Part of the remaining budget one repair may take (see :meth:`_Planner.slice`)."""
+
 LP_SHARE = 0.25
 """Part of a sub-problem's time the LP bound may take before CP-SAT."""
 
@@ -181,6 +184,13 @@ class _Planner:
         self._intact_shape: fattree.FatTreeShape | str | None = None
         self._grids: dict[int, SpineGrid] = {}
 
+    def slice(self) -> float:
+        """The deadline of one repair: a share of what is left of the budget (a repair that
+        cannot reach its target searches ejection chains until stopped; the planner's other
+        methods, then the search, need the rest)."""
+        now = time.perf_counter()
+        return now + max(self.deadline - now, 0.0) * REPAIR_SHARE
+
     def key(self, c: _Component, choice: IntArray) -> tuple[float, ...]:
         """What "better" means for a component: the objective, lexicographically."""
         util, at_max = _objective(self.problem, c, choice).key()
@@ -267,7 +277,7 @@ class _Planner:
         if prior is not None and self.strategy != "exact":
             # Keep what may stay, evict what must go, re-place: at the bound, done.
             if self.strategy == "auto":
-                fixed = repair(problem, c.flows, prior, c.best, self.grid(c))
+                fixed = repair(problem, c.flows, prior, c.best, self.grid(c), self.slice())
                 if fixed.reached:
                     c.choice, c.method = fixed.choice, "repair"
                     c.seconds = time.perf_counter() - start
@@ -304,10 +314,11 @@ class _Planner:
         keys = [self.key(c, choice) for choice, _, _ in options]
         best = min(range(len(options)), key=lambda i: keys[i])
         c.choice, c.method, c.proven = options[best]
-        if prior is not None and self.strategy == "auto":
-            # The same max utilization with fewer moves: repair the previous plan to it.
-            z = float(keys[best][0])
-            fixed = repair(problem, c.flows, prior, z, self.grid(c))
+        z = float(keys[best][0])
+        if prior is not None and self.strategy == "auto" and not _meets(z, c.best):
+            # The same max utilization with fewer moves: repair the previous plan to it (at
+            # the bound the first repair already tried and failed).
+            fixed = repair(problem, c.flows, prior, z, self.grid(c), self.slice())
             if fixed.reached and self.key(c, fixed.choice) < keys[best]:
                 c.choice, c.method = fixed.choice, "repair"
         c.seconds = time.perf_counter() - start
@@ -328,7 +339,7 @@ class _Planner:
             return None
         if prior is not None:  # flows whose old path is still fine keep it
             start = np.where(prior >= 0, prior, start)
-        fixed = repair(problem, c.flows, start, c.best, self.grid(c))
+        fixed = repair(problem, c.flows, start, c.best, self.grid(c), self.slice())
         if not fixed.reached:
             return None
         return fixed.choice, "repair", True

@@ -43,6 +43,10 @@ MAX_CHAINS = 4096
 MAX_STARTS = 64
 """Intra-pod flows tried as the first link of a chain for one over-full (pod, colour)."""
 
+SHORT_CHAIN = 4
+"""A chain this short (the intra-pod flow and three more) is taken without trying more
+starts: the fewer flows a chain recolours, the fewer a re-plan moves."""
+
 
 class _Counts:
     """Per colour: each leaf's flows out and in, each pod's cross-pod flows out and in, with
@@ -88,7 +92,7 @@ def _chain(counts: _Counts, rooms: tuple[IntArray, ...], f: int, j: int, k: int)
     ``k -> j`` (out of one), ending ``j -> k``; ``[]`` if the search finds no chain."""
     up = rooms[0]
     pod_up = rooms[2]
-    pod, far = counts.shape.pod, counts.far
+    pod = counts.shape.pod
     u, v = int(counts.s[f]), int(counts.d[f])
     u_free = bool(counts.out[u, j] < up[u, j])  # u takes one more j: no need to close at u
     if u_free and counts.into[v, j] < rooms[1][v, j]:
@@ -137,8 +141,10 @@ def _lowers(counts: _Counts, rooms: tuple[IntArray, ...], chain: list[int], j: i
     cross = far[flows]
     sign = np.where(np.arange(len(flows)) % 2 == 0, 1, -1)[cross]  # +1: one more on j
     before_after = []
-    for ends, have, room in ((counts.s, counts.pod_out, rooms[2]), (counts.d, counts.pod_in,
-                                                                     rooms[3])):
+    for ends, have, room in (
+        (counts.s, counts.pod_out, rooms[2]),
+        (counts.d, counts.pod_in, rooms[3]),
+    ):
         delta = np.bincount(pod[ends[flows[cross]]], weights=sign, minlength=have.shape[0])
         new = have[:, [j, k]] + np.column_stack([delta, -delta]).astype(np.int64)
         before_after.append((np.maximum(have[:, [j, k]] - room[:, [j, k]], 0),
@@ -189,15 +195,18 @@ def fix_pods(
         colour = counts.agg[mine]
         usable = mine[(colour != j) & (slack[colour] > 0)]
         order = usable[np.argsort(-slack[counts.agg[usable]], kind="stable")]
-        for f in order[:MAX_STARTS].tolist():
-            k = int(counts.agg[f])
-            chain = _chain(counts, rooms, f, j, k)
-            if chain:
-                for n, g in enumerate(chain):
-                    counts.recolour(g, j if n % 2 == 0 else k)
+        best: list[int] = []
+        for f in order[:MAX_STARTS].tolist():  # the shortest chain of a few starts
+            chain = _chain(counts, rooms, f, j, int(counts.agg[f]))
+            if chain and (not best or len(chain) < len(best)):
+                best = chain
+            if best and len(best) <= SHORT_CHAIN:
                 break
-        else:
+        if not best:
             return None
+        k = int(counts.agg[best[0]])
+        for n, g in enumerate(best):
+            counts.recolour(g, j if n % 2 == 0 else k)
     return None
 
 

@@ -31,6 +31,7 @@ at 16k GPUs.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +51,8 @@ class Repair:
     reached: bool
     moved: int
     """Flows that had a path that may stay and were moved anyway (ejections included)."""
+    timed_out: bool = False
+    """The deadline stopped the search (ejection chains, exchanges) before every flow fit."""
 
 
 def layers(problem: Problem) -> IntArray:
@@ -107,8 +110,17 @@ def min_moves(problem: Problem, flows: IntArray, prior: IntArray, z: float) -> i
 class _State:
     """Loads and the flows on each resource, for one component, while repairing."""
 
-    def __init__(self, problem: Problem, flows: IntArray, choice: IntArray, z: float) -> None:
+    def __init__(
+        self,
+        problem: Problem,
+        flows: IntArray,
+        choice: IntArray,
+        z: float,
+        deadline: float = float("inf"),
+    ) -> None:
         self.problem = problem
+        self.deadline = deadline
+        """``time.perf_counter()`` after which no search starts: a re-plan returns in time."""
         self.flows = flows
         self.choice = choice
         self.limit = _limit(z)
@@ -255,6 +267,8 @@ def _eject(
                 break
     chain = frozen | {i}
     for k in order:
+        if time.perf_counter() > state.deadline:
+            return False
         saved = state.choice.copy()
         row = state.row(i, k)
         blocked = [r for r in row.tolist() if (state.load[r] + state.weight[i]) * scale[r]
@@ -344,31 +358,41 @@ def _swap(state: _State, grid: SpineGrid, i: int, z: float) -> bool:
 
 
 def repair(
-    problem: Problem, flows: IntArray, prior: IntArray, z: float, grid: SpineGrid | None = None
+    problem: Problem,
+    flows: IntArray,
+    prior: IntArray,
+    z: float,
+    grid: SpineGrid | None = None,
+    deadline: float = float("inf"),
 ) -> Repair:
     """Repair the component's ``flows`` (``prior``: each one's previous candidate, ``< 0``
     where none may stay) to utilization ``<= z``; see the module docstring. ``grid`` (2-tier
-    components of equal weights) enables two-spine exchanges."""
+    components of equal weights) enables two-spine exchanges. After ``deadline`` (a
+    ``time.perf_counter()`` value) no exchange or ejection chain starts: the rest are placed
+    where they fit best and the result says it timed out (always a valid assignment)."""
     choice = np.where(prior >= 0, prior, -1).astype(np.int64)
-    state = _State(problem, flows, choice, z)
+    state = _State(problem, flows, choice, z, deadline)
     moved = np.zeros(len(flows), dtype=bool)
     evicted = _evict(state)
     moved[evicted] = True
     free = np.flatnonzero(choice < 0)
     order = free[np.argsort(-state.weight[free], kind="stable")]
     reached = True
+    timed_out = False
     for i in order.tolist():
         k = state.best_fit(i)
         if k >= 0:
             state.add(i, k)
             continue
-        if grid is not None and _swap(state, grid, i, z):
+        late = time.perf_counter() > deadline
+        if not late and grid is not None and _swap(state, grid, i, z):
             continue
-        if _eject(state, i, moved, EJECT_DEPTH):
+        if not late and _eject(state, i, moved, EJECT_DEPTH):
             continue
+        timed_out = timed_out or time.perf_counter() > deadline
         reached = False
         util = state.utils(i)
         state.add(i, int(np.argmin(util.max(axis=1))))
     had = prior >= 0
     changed = had & (choice != prior)
-    return Repair(choice, reached, int(np.count_nonzero(changed)))
+    return Repair(choice, reached, int(np.count_nonzero(changed)), timed_out)
