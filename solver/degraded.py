@@ -14,17 +14,26 @@ and core ``g`` have ``K`` if that agg-core link is usable. A split of a colour r
 then bounds each set's flows in the first half by the room of the first half's colours, and
 from below by what the second half's colours cannot hold: every leaf of colour ``j`` ends with at
 most its room, so no flow takes a lost link and none is above ``K``. Stage 1 (aggs) runs by
-leaves (Theorem 1's sets) and, if stage 2 then fails, by pods too (Theorem 2's sets: a pod's
-room per agg is ``K`` times its usable core links, and each leaf link's room is split between
-the leaf's intra-pod and cross-pod flows, intra-pod ones first under the aggs with the fewest
-core links); stage 2 (cores) per agg as in the intact case.
+leaves (Theorem 1's sets); the leaf-wise colours may leave a pod more cross-pod flows on an agg
+than its usable core links take (a core lost), which the alternating chains of
+:mod:`solver.podchains` fix by moving intra-pod flows onto that agg (at 16k GPUs the lost core,
+drained core and two-link cases of the failure ladder all need them). If that fails, stage 1
+runs by pods too (Theorem 2's sets: a pod's room per agg is ``K`` times its usable core links,
+and each leaf link's room is split between the leaf's intra-pod and cross-pod flows, intra-pod
+ones first under the aggs with the fewest core links). Stage 2 (cores) per agg as in the intact
+case.
+
+**Re-plans.** With ``previous``, the first method keeps every flow's old agg whose leaf links
+are usable and places the displaced flows by alternating chains in the leaf graph
+(:mod:`solver.kempechain`), then the pod chains; stage 2 keeps every core of a group where all
+fit and places the rest by chains in that group's pod graph. Only where that fails do the
+splits above run (preferring the old colours), which moves far more flows.
 
 **Guarantee.** None beyond what is checked: a split may find no circulation (the room is
 too tight for the halving order), in which case the function returns ``None`` and the planner
 keeps its other methods. A result is valid (every path over usable links) and at most ``K``
-on every switch link, hence optimal when ``K`` is a lower bound. With ``previous``, splits
-prefer each flow's old colours (the stable costs of :mod:`solver.fattree`), so a re-plan keeps
-most flows where they were.
+on every switch link, hence optimal when ``K`` is a lower bound; the moves of a re-plan are
+not minimised (the planner reports a lower bound on them beside what moved).
 """
 
 from __future__ import annotations

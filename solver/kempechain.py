@@ -30,6 +30,9 @@ MAX_TRIES = 16
 """Colour pairs ``(a, b)`` tried for one new edge."""
 
 
+_At = dict[tuple[int, int], set[int]]
+
+
 @dataclass
 class Colouring:
     """Edges ``left[e] -> right[e]`` with ``colour[e]`` (``-1``: not placed) and each vertex's
@@ -40,8 +43,8 @@ class Colouring:
     colour: IntArray
     room_left: IntArray
     room_right: IntArray
-    at_left: dict[tuple[int, int], set[int]] = field(default_factory=dict)
-    at_right: dict[tuple[int, int], set[int]] = field(default_factory=dict)
+    at_left: _At = field(default_factory=dict)
+    at_right: _At = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.count_left = np.zeros_like(self.room_left)
@@ -87,36 +90,53 @@ class Colouring:
             return True
         tries = [(a, b) for a in np.argsort(-free_l, kind="stable").tolist() if free_l[a] > 0
                  for b in np.argsort(-free_r, kind="stable").tolist() if free_r[b] > 0]  # fmt: skip
-        return any(self._chain(e, a, b) for a, b in tries[:MAX_TRIES])
+        for a, b in tries[:MAX_TRIES]:
+            # e on a, its right end sheds an a (it must be able to hold one), or e on b and
+            # its left end sheds a b.
+            if self.room_right[q, a] > 0 and self._chain(e, a, b, False):
+                return True
+            if self.room_left[p, b] > 0 and self._chain(e, b, a, True):
+                return True
+        return False
 
-    def _chain(self, e: int, a: int, b: int) -> bool:
-        """``e`` on ``a``, then the shortest alternating chain from its right end: an ``a``
-        edge of a right vertex turns ``b``, a ``b`` edge of its left vertex turns ``a``, ...,
+    def _sides(self, flip: bool) -> tuple[tuple[IntArray, IntArray, IntArray, _At], ...]:
+        """(ends, rooms, counts, edges by vertex and colour) of the side a chain starts on
+        (the right, or the left with ``flip``), then of the other side."""
+        right = (self.right, self.room_right, self.count_right, self.at_right)
+        left = (self.left, self.room_left, self.count_left, self.at_left)
+        return (left, right) if flip else (right, left)
+
+    def _chain(self, e: int, a: int, b: int, flip: bool) -> bool:
+        """``e`` on ``a``, then the shortest alternating chain from its end on the starting
+        side: an ``a`` edge there turns ``b``, a ``b`` edge of its other end turns ``a``, ...,
         until a vertex has room for what it gained (breadth-first over the vertices)."""
-        q = int(self.right[e])
-        # parent_r[y] = (edge into y that turned a, or -1 at q); parent_l[x] = (edge g, y)
-        parent_r: dict[int, int] = {q: -1}
-        parent_l: dict[int, int] = {}
+        (near, near_room, near_count, near_at), (far, far_room, far_count, far_at) = self._sides(
+            flip
+        )
+        q = int(near[e])
+        parent_near: dict[int, int] = {q: -1}  # vertex -> the b edge that turned a into it
+        parent_far: dict[int, int] = {}  # vertex -> the a edge that turned b out of it
         frontier = [q]
         for _ in range(MAX_STEPS):
             if not frontier:
                 return False
             nxt: list[int] = []
             for y in frontier:
-                for g in sorted(self.at_right.get((y, a), ())):
-                    x = int(self.left[g])
-                    if x in parent_l or self.room_left[x, b] <= 0:
+                for g in sorted(near_at.get((y, a), ())):
+                    x = int(far[g])
+                    if x in parent_far or far_room[x, b] <= 0:
                         continue
-                    parent_l[x] = g
-                    if self.count_left[x, b] < self.room_left[x, b]:
-                        return self._apply(e, a, b, x, parent_l, parent_r)
-                    for h in sorted(self.at_left.get((x, b), ())):
-                        z = int(self.right[h])
-                        if z in parent_r or self.room_right[z, a] <= 0:
+                    parent_far[x] = g
+                    if far_count[x, b] < far_room[x, b]:
+                        return self._apply(e, (a, b), (near, far), (parent_near, parent_far), x)
+                    for h in sorted(far_at.get((x, b), ())):
+                        z = int(near[h])
+                        if z in parent_near or near_room[z, a] <= 0:
                             continue
-                        parent_r[z] = h
-                        if self.count_right[z, a] < self.room_right[z, a]:
-                            return self._apply(e, a, b, -1, parent_l, parent_r, z)
+                        parent_near[z] = h
+                        if near_count[z, a] < near_room[z, a]:
+                            ends = (near, far)
+                            return self._apply(e, (a, b), ends, (parent_near, parent_far), -1, z)
                         nxt.append(z)
             frontier = nxt
         return False
@@ -124,28 +144,27 @@ class Colouring:
     def _apply(
         self,
         e: int,
-        a: int,
-        b: int,
+        colours: tuple[int, int],
+        ends: tuple[IntArray, IntArray],
+        parents: tuple[dict[int, int], dict[int, int]],
         x: int,
-        parent_l: dict[int, int],
-        parent_r: dict[int, int],
         z: int = -1,
     ) -> bool:
-        """Recolour the chain that ends at left vertex ``x`` (or right vertex ``z``)."""
+        """Recolour the chain that ends at far vertex ``x`` (or near vertex ``z``)."""
+        (a, b), (near, far), (parent_near, parent_far) = colours, ends, parents
         turn: list[tuple[int, int]] = []
         if z >= 0:
-            h = parent_r[z]
+            h = parent_near[z]
             turn.append((h, a))
-            x = int(self.left[h])
+            x = int(far[h])
         while True:
-            g = parent_l[x]
+            g = parent_far[x]
             turn.append((g, b))
-            y = int(self.right[g])
-            h = parent_r[y]
+            h = parent_near[int(near[g])]
             if h < 0:
                 break
             turn.append((h, a))
-            x = int(self.left[h])
+            x = int(far[h])
         self._set(e, a)
         for f, k in turn:
             self._set(f, k)

@@ -48,7 +48,10 @@ plan's when only links went away. Strategy ``greedy`` keeps the old behaviour (k
 stay, place the rest greedily).
 
 **Budget** (seconds) bounds the search: LP and CP-SAT share what the constructive step leaves,
-in proportion to sub-problem size. Construction always runs (milliseconds; about a second at
+in proportion to sub-problem size. A repair searches ejection chains until it fits every flow,
+so each gets at most :data:`REPAIR_SHARE` of what is left of the budget and then places the
+rest where they fit best (a 16k-GPU re-plan after a lost core used to spend 18 s of a 10 s
+budget there). Construction always runs (milliseconds; about a second at
 16k GPUs for greedy), so a tiny budget returns the constructive plan, valid and a little late.
 """
 
