@@ -217,6 +217,8 @@ def _stage_two_kept(
         target * ok[links].transpose(1, 0, 2).reshape(shape.aggs * pods, -1)
         for links in (shape.agg_up, shape.agg_down)
     ]
+    if np.count_nonzero(keep < 0) * 4 > keep.size:  # mostly new: the splits are faster
+        return _stage_two(shape, ok, ends, agg, keep, target)
     graph = Colouring(
         agg * pods + shape.pod[s], agg * pods + shape.pod[d], keep.copy(), rooms[0], rooms[1]
     )

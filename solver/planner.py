@@ -91,7 +91,7 @@ MIN_SEARCH_SECONDS = 0.02
 BUILD_SECONDS_PER_PATH = 2e-5
 """Rough cost of building a CP-SAT model, per candidate variable, measured on 2 cores."""
 
-REPAIR_SHARE = 0.1
+REPAIR_SHARE = 0.03
 """Part of the remaining budget one repair may take (see :meth:`_Planner.slice`)."""
 
 LP_SHARE = 0.25

@@ -43,6 +43,9 @@ MAX_CHAINS = 4096
 MAX_STARTS = 64
 """Intra-pod flows tried as the first link of a chain for one over-full (pod, colour)."""
 
+COMPARED = 16
+"""Chains found (from different starts) among which the shortest is taken."""
+
 SHORT_CHAIN = 4
 """A chain this short (the intra-pod flow and three more) is taken without trying more
 starts: the fewer flows a chain recolours, the fewer a re-plan moves."""
@@ -196,11 +199,13 @@ def fix_pods(
         usable = mine[(colour != j) & (slack[colour] > 0)]
         order = usable[np.argsort(-slack[counts.agg[usable]], kind="stable")]
         best: list[int] = []
+        found = 0
         for f in order[:MAX_STARTS].tolist():  # the shortest chain of a few starts
             chain = _chain(counts, rooms, f, j, int(counts.agg[f]))
+            found += bool(chain)
             if chain and (not best or len(chain) < len(best)):
                 best = chain
-            if best and len(best) <= SHORT_CHAIN:
+            if best and (len(best) <= SHORT_CHAIN or found >= COMPARED):
                 break
         if not best:
             return None
