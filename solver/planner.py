@@ -91,13 +91,14 @@ MIN_SEARCH_SECONDS = 0.02
 BUILD_SECONDS_PER_PATH = 2e-5
 """Rough cost of building a CP-SAT model, per candidate variable, measured on 2 cores."""
 
-REPAIR_SHARE = 0.03
+REPAIR_SHARE = 0.1
 """Part of the remaining budget one repair may take (see :meth:`_Planner.slice`)."""
 
 QUICK_REPAIR_SECONDS = 0.1
-"""The first repair of a re-plan (keep what may stay, re-place the rest) stops after this: when
-it works it takes milliseconds (a 16k-GPU fat-tree losing its busiest uplink: 20 ms), and when
-it cannot the degraded colouring reaches the bound in a fraction of a second instead."""
+"""On a fat-tree, the first repair of a re-plan (keep what may stay, re-place the rest) stops
+after this: when it works it takes milliseconds (a 16k-GPU fat-tree losing its busiest uplink:
+20 ms), and when it cannot the degraded colouring reaches the bound in a fraction of a second
+instead."""
 
 LP_SHARE = 0.25
 """Part of a sub-problem's time the LP bound may take before CP-SAT."""
@@ -285,8 +286,12 @@ class _Planner:
         if prior is not None and self.strategy != "exact":
             # Keep what may stay, evict what must go, re-place: at the bound, done.
             if self.strategy == "auto":
-                quick = min(self.slice(), time.perf_counter() + QUICK_REPAIR_SECONDS)
-                fixed = repair(problem, c.flows, prior, c.best, self.grid(c), quick)
+                deadline = self.slice()
+                weights = problem.weight[c.flows]
+                if self.intact_shape() is not None and np.all(weights == weights[:1]):
+                    # a fat-tree of equal weights: the degraded colouring comes next
+                    deadline = min(deadline, time.perf_counter() + QUICK_REPAIR_SECONDS)
+                fixed = repair(problem, c.flows, prior, c.best, self.grid(c), deadline)
                 if fixed.reached:
                     c.choice, c.method = fixed.choice, "repair"
                     c.seconds = time.perf_counter() - start
