@@ -15,13 +15,13 @@ per core group pods and cores (rooms: agg-core links).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from topology.index import IntArray
 
-__all__ = ["Colouring", "MAX_STEPS", "MAX_TRIES"]
+__all__ = ["MAX_STEPS", "MAX_TRIES", "Colouring", "Incidence"]
 
 MAX_STEPS = 256
 """Edges one chain may recolour before it is abandoned."""
@@ -30,7 +30,34 @@ MAX_TRIES = 16
 """Colour pairs ``(a, b)`` tried for one new edge."""
 
 
-_At = dict[tuple[int, int], set[int]]
+class Incidence:
+    """Edges by (vertex, colour), for walks that ask about a few vertices of many: the first
+    colours sorted once (one ``argsort``), a set per key made when first asked or changed."""
+
+    def __init__(self, vertex: IntArray, colour: IntArray, colours: int) -> None:
+        self._width = colours + 1  # colour -1 (not placed) has a key too
+        key = vertex * self._width + colour + 1
+        self._order = np.argsort(key, kind="stable")
+        self._sorted = key[self._order]
+        self._sets: dict[int, set[int]] = {}
+
+    def get(self, v: int, c: int) -> set[int]:
+        """The edges at vertex ``v`` coloured ``c`` (a live set: do not change it)."""
+        k = v * self._width + c + 1
+        found = self._sets.get(k)
+        if found is None:
+            lo, hi = np.searchsorted(self._sorted, [k, k + 1])
+            found = set(self._order[lo:hi].tolist())
+            self._sets[k] = found
+        return found
+
+    def move(self, e: int, v: int, old: int, new: int) -> None:
+        """Edge ``e`` at vertex ``v`` changes colour from ``old`` to ``new``."""
+        self.get(v, old).discard(e)
+        self.get(v, new).add(e)
+
+
+_At = Incidence
 
 
 @dataclass
@@ -43,8 +70,6 @@ class Colouring:
     colour: IntArray
     room_left: IntArray
     room_right: IntArray
-    at_left: _At = field(default_factory=dict)
-    at_right: _At = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.count_left = np.zeros_like(self.room_left)
@@ -53,10 +78,9 @@ class Colouring:
         c = self.colour[placed]
         np.add.at(self.count_left, (self.left[placed], c), 1)
         np.add.at(self.count_right, (self.right[placed], c), 1)
-        for e, x, y, k in zip(placed.tolist(), self.left[placed].tolist(),
-                              self.right[placed].tolist(), c.tolist(), strict=True):  # fmt: skip
-            self.at_left.setdefault((x, k), set()).add(e)
-            self.at_right.setdefault((y, k), set()).add(e)
+        colours = self.room_left.shape[1]
+        self.at_left = Incidence(self.left, self.colour, colours)
+        self.at_right = Incidence(self.right, self.colour, colours)
 
     def within(self) -> bool:
         """True when no vertex holds more edges of a colour than its room."""
@@ -69,13 +93,11 @@ class Colouring:
         if old >= 0:
             self.count_left[x, old] -= 1
             self.count_right[y, old] -= 1
-            self.at_left[(x, old)].discard(e)
-            self.at_right[(y, old)].discard(e)
         if k >= 0:
             self.count_left[x, k] += 1
             self.count_right[y, k] += 1
-            self.at_left.setdefault((x, k), set()).add(e)
-            self.at_right.setdefault((y, k), set()).add(e)
+        self.at_left.move(e, x, old, k)
+        self.at_right.move(e, y, old, k)
         self.colour[e] = k
 
     def place(self, e: int) -> bool:
@@ -122,14 +144,14 @@ class Colouring:
                 return False
             nxt: list[int] = []
             for y in frontier:
-                for g in sorted(near_at.get((y, a), ())):
+                for g in sorted(near_at.get(y, a)):
                     x = int(far[g])
                     if x in parent_far or far_room[x, b] <= 0:
                         continue
                     parent_far[x] = g
                     if far_count[x, b] < far_room[x, b]:
                         return self._apply(e, (a, b), (near, far), (parent_near, parent_far), x)
-                    for h in sorted(far_at.get((x, b), ())):
+                    for h in sorted(far_at.get(x, b)):
                         z = int(near[h])
                         if z in parent_near or near_room[z, a] <= 0:
                             continue

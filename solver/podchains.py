@@ -33,6 +33,7 @@ from collections import deque
 import numpy as np
 
 from solver.fattree import FatTreeShape
+from solver.kempechain import Incidence
 from topology.index import BoolArray, IntArray
 
 __all__ = ["MAX_CHAINS", "fix_pods"]
@@ -65,11 +66,8 @@ class _Counts:
         ps, pd = shape.pod[s[far]], shape.pod[d[far]]
         self.pod_out = np.bincount(ps * a + agg[far], minlength=p * a).reshape(p, a)
         self.pod_in = np.bincount(pd * a + agg[far], minlength=p * a).reshape(p, a)
-        self.by_out: dict[tuple[int, int], set[int]] = {}
-        self.by_in: dict[tuple[int, int], set[int]] = {}
-        for f, (u, v, j) in enumerate(zip(s.tolist(), d.tolist(), agg.tolist(), strict=True)):
-            self.by_out.setdefault((u, j), set()).add(f)
-            self.by_in.setdefault((v, j), set()).add(f)
+        self.by_out = Incidence(s, agg, a)
+        self.by_in = Incidence(d, agg, a)
 
     def recolour(self, f: int, j: int) -> None:
         shape, old = self.shape, int(self.agg[f])
@@ -83,10 +81,8 @@ class _Counts:
             self.pod_out[shape.pod[u], j] += 1
             self.pod_in[shape.pod[v], old] -= 1
             self.pod_in[shape.pod[v], j] += 1
-        self.by_out[(u, old)].discard(f)
-        self.by_in[(v, old)].discard(f)
-        self.by_out.setdefault((u, j), set()).add(f)
-        self.by_in.setdefault((v, j), set()).add(f)
+        self.by_out.move(f, u, old, j)
+        self.by_in.move(f, v, old, j)
         self.agg[f] = j
 
 
@@ -107,7 +103,7 @@ def _chain(counts: _Counts, rooms: tuple[IntArray, ...], f: int, j: int, k: int)
     queue = deque([v])
     while queue:
         t = queue.popleft()
-        for g in sorted(counts.by_in.get((t, j), ())):
+        for g in sorted(counts.by_in.get(t, j)):
             y = int(counts.s[g])
             if y in seen_out:
                 continue
@@ -127,7 +123,7 @@ def _chain(counts: _Counts, rooms: tuple[IntArray, ...], f: int, j: int, k: int)
                 if _lowers(counts, rooms, found, j, k):
                     return found
                 continue
-            for h in sorted(counts.by_out.get((y, k), ())):
+            for h in sorted(counts.by_out.get(y, k)):
                 z = int(counts.d[h])
                 if z not in parent:
                     parent[z] = (t, g, h)
