@@ -263,7 +263,9 @@ def assign_degraded(
             else:
                 agg[on] = _stage_one(shape, ok, (s[on], d[on]), prev_agg[on], target, method)
             if method != "pod":  # leaf-wise colours may leave pods over: chains fix that
-                fixed = fix_pods(shape, ok, (s[on], d[on]), agg[on], target)
+                moving = (prev_agg < 0) | (far & (prev_core < 0)) if had.any() else None
+                fixed = fix_pods(shape, ok, (s[on], d[on]), agg[on], target,
+                                 None if moving is None else moving[on])  # fmt: skip
                 if fixed is None:
                     continue
                 agg[on] = fixed

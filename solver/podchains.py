@@ -69,6 +69,13 @@ class _Counts:
         self.by_out = Incidence(s, agg, a)
         self.by_in = Incidence(d, agg, a)
 
+    free: BoolArray
+    """Flows that move anyway (see :func:`fix_pods`)."""
+
+    def first_free(self, flows: set[int]) -> list[int]:
+        """``flows`` in search order: those that move anyway first, then by number."""
+        return sorted(flows, key=lambda f: (not self.free[f], f))
+
     def recolour(self, f: int, j: int) -> None:
         shape, old = self.shape, int(self.agg[f])
         u, v = int(self.s[f]), int(self.d[f])
@@ -103,7 +110,7 @@ def _chain(counts: _Counts, rooms: tuple[IntArray, ...], f: int, j: int, k: int)
     queue = deque([v])
     while queue:
         t = queue.popleft()
-        for g in sorted(counts.by_in.get(t, j)):
+        for g in counts.first_free(counts.by_in.get(t, j)):
             y = int(counts.s[g])
             if y in seen_out:
                 continue
@@ -123,7 +130,7 @@ def _chain(counts: _Counts, rooms: tuple[IntArray, ...], f: int, j: int, k: int)
                 if _lowers(counts, rooms, found, j, k):
                     return found
                 continue
-            for h in sorted(counts.by_out.get(y, k)):
+            for h in counts.first_free(counts.by_out.get(y, k)):
                 z = int(counts.d[h])
                 if z not in parent:
                     parent[z] = (t, g, h)
@@ -161,11 +168,14 @@ def fix_pods(
     ends: tuple[IntArray, IntArray],
     agg: IntArray,
     target: int,
+    free: BoolArray | None = None,
 ) -> IntArray | None:
     """Recolour the cross-leaf flows ``ends`` (agg index ``agg`` each, every leaf link within
     ``target`` on usable links) so no pod has more cross-pod flows on an agg than ``target``
     times its usable core links, both ways; ``None`` if some pod stays over (module doc).
-    ``ok`` marks usable resources (the pad last, unusable)."""
+    ``ok`` marks usable resources (the pad last, unusable). ``free`` marks flows that move
+    anyway (a re-plan: their old path is gone): chains take them first and are compared by
+    the other flows they recolour, so a re-plan moves fewer."""
     s, d = ends
     agg = agg.copy()
     far = shape.pod[s] != shape.pod[d]
@@ -182,6 +192,7 @@ def fix_pods(
     if not excess.any():
         return agg
     counts = _Counts(shape, s, d, agg, far)
+    counts.free = np.zeros(s.size, dtype=bool) if free is None else free
     intra = np.flatnonzero(~far)
     intra_pod = shape.pod[s[intra]]
     for _ in range(MAX_CHAINS):
@@ -199,9 +210,9 @@ def fix_pods(
         for f in order[:MAX_STARTS].tolist():  # the shortest chain of a few starts
             chain = _chain(counts, rooms, f, j, int(counts.agg[f]))
             found += bool(chain)
-            if chain and (not best or len(chain) < len(best)):
+            if chain and (not best or _cost(counts, chain) < _cost(counts, best)):
                 best = chain
-            if best and (len(best) <= SHORT_CHAIN or found >= COMPARED):
+            if best and (_cost(counts, best) <= SHORT_CHAIN or found >= COMPARED):
                 break
         if not best:
             return None
@@ -209,6 +220,11 @@ def fix_pods(
         for n, g in enumerate(best):
             counts.recolour(g, j if n % 2 == 0 else k)
     return None
+
+
+def _cost(counts: _Counts, chain: list[int]) -> int:
+    """Flows of ``chain`` that would not have moved anyway."""
+    return int(np.count_nonzero(~counts.free[np.asarray(chain, dtype=np.int64)]))
 
 
 def _pod_counts(
