@@ -50,8 +50,19 @@ def limit_of(z: float) -> float:
 class State:
     """Loads and the flows on each resource, for one component, while repairing."""
 
-    def __init__(self, problem: Problem, flows: IntArray, choice: IntArray, z: float) -> None:
+    def __init__(
+        self,
+        problem: Problem,
+        flows: IntArray,
+        choice: IntArray,
+        z: float,
+        deadline: float = float("inf"),
+    ) -> None:
         self.problem = problem
+        self.deadline = deadline
+        """``time.perf_counter()`` after which no search starts: a re-plan returns in time."""
+        self.timed_out = False
+        """A search was skipped or cut short by the deadline."""
         self.flows = flows
         self.choice = choice
         self.prior: IntArray = np.full(len(flows), -2, dtype=np.int64)

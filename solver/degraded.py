@@ -14,17 +14,26 @@ and core ``g`` have ``K`` if that agg-core link is usable. A split of a colour r
 then bounds each set's flows in the first half by the room of the first half's colours, and
 from below by what the second half's colours cannot hold: every leaf of colour ``j`` ends with at
 most its room, so no flow takes a lost link and none is above ``K``. Stage 1 (aggs) runs by
-leaves (Theorem 1's sets) and, if stage 2 then fails, by pods too (Theorem 2's sets: a pod's
-room per agg is ``K`` times its usable core links, and each leaf link's room is split between
-the leaf's intra-pod and cross-pod flows, intra-pod ones first under the aggs with the fewest
-core links); stage 2 (cores) per agg as in the intact case.
+leaves (Theorem 1's sets); the leaf-wise colours may leave a pod more cross-pod flows on an agg
+than its usable core links take (a core lost), which the alternating chains of
+:mod:`solver.podchains` fix by moving intra-pod flows onto that agg (at 16k GPUs the lost core,
+drained core and two-link cases of the failure ladder all need them). If that fails, stage 1
+runs by pods too (Theorem 2's sets: a pod's room per agg is ``K`` times its usable core links,
+and each leaf link's room is split between the leaf's intra-pod and cross-pod flows, intra-pod
+ones first under the aggs with the fewest core links). Stage 2 (cores) per agg as in the intact
+case.
+
+**Re-plans.** With ``previous``, the first method keeps every flow's old agg whose leaf links
+are usable and places the displaced flows by alternating chains in the leaf graph
+(:mod:`solver.kempechain`), then the pod chains; stage 2 keeps every core of a group where all
+fit and places the rest by chains in that group's pod graph. Only where that fails do the
+splits above run (preferring the old colours), which moves far more flows.
 
 **Guarantee.** None beyond what is checked: a split may find no circulation (the room is
 too tight for the halving order), in which case the function returns ``None`` and the planner
 keeps its other methods. A result is valid (every path over usable links) and at most ``K``
-on every switch link, hence optimal when ``K`` is a lower bound. With ``previous``, splits
-prefer each flow's old colours (the stable costs of :mod:`solver.fattree`), so a re-plan keeps
-most flows where they were.
+on every switch link, hence optimal when ``K`` is a lower bound; the moves of a re-plan are
+not minimised (the planner reports a lower bound on them beside what moved).
 """
 
 from __future__ import annotations
@@ -41,6 +50,8 @@ from solver.fattree import (
     _leaves,
     _paths,
 )
+from solver.kempechain import Colouring
+from solver.podchains import fix_pods
 from topology.index import BoolArray, IntArray
 
 __all__ = ["assign_degraded"]
@@ -137,6 +148,85 @@ def _stage_two(
     return _colour(sets, (_family(rooms[0]), _family(rooms[1])), hint, g, True)
 
 
+def _kept_aggs(
+    shape: FatTreeShape,
+    ok: BoolArray,
+    ends: tuple[IntArray, IntArray],
+    prev: IntArray,
+    target: int,
+) -> IntArray | None:
+    """Each flow's previous agg index where its leaf links are usable, the others' an agg with
+    room at both leaves, by an alternating chain if need be (:mod:`solver.kempechain`);
+    ``None`` if a leaf link would be over ``target`` or a flow finds no chain (then a whole
+    stage 1 runs)."""
+    s, d = ends
+    up, down = _leaf_rooms(shape, ok, target)
+    agg = prev.copy()
+    placed = agg >= 0
+    placed[placed] = ok[shape.up[s[placed], agg[placed]]] & ok[shape.down[d[placed], agg[placed]]]
+    agg[~placed] = -1
+    graph = Colouring(s, d, agg, up, down)
+    if not graph.within():
+        return None
+    for f in np.flatnonzero(~placed).tolist():
+        if not graph.place(f):
+            return None
+    return graph.colour
+
+
+def _groups_to_redo(
+    shape: FatTreeShape,
+    ok: BoolArray,
+    ends: tuple[IntArray, IntArray],
+    agg: IntArray,
+    keep: IntArray,
+    far: BoolArray,
+    target: int,
+) -> IntArray:
+    """Core groups (agg indices) whose cross-pod flows cannot all keep their previous core:
+    one has none (new agg, or its core link is gone) or a core link would be over ``target``.
+    Stage 2 recolours only these: the other groups' cores stay as they were (no moves)."""
+    s, d = ends
+    pod = shape.pod
+    redo = np.zeros(shape.aggs, dtype=bool)
+    np.logical_or.at(redo, agg[far & (keep < 0)], True)
+    kept = np.flatnonzero(far & (keep >= 0))
+    j, g = agg[kept], keep[kept]
+    used = np.concatenate([shape.agg_up[pod[s[kept]], j, g], shape.agg_down[pod[d[kept]], j, g]])
+    load = np.bincount(used, minlength=ok.size)
+    bad = (load > target) | ((load > 0) & ~ok)
+    np.logical_or.at(redo, np.tile(j, 2)[bad[used]], True)
+    return np.flatnonzero(redo)
+
+
+def _stage_two_kept(
+    shape: FatTreeShape,
+    ok: BoolArray,
+    ends: tuple[IntArray, IntArray],
+    agg: IntArray,
+    keep: IntArray,
+    target: int,
+) -> IntArray:
+    """Stage 2 for a re-plan: flows keep their previous core, the others take a core with
+    room at both pods, by an alternating chain if need be; if a flow finds none, or the kept
+    ones overfill a link, the whole stage 2 of these groups (:func:`_stage_two`, preferring
+    ``keep``)."""
+    s, d = ends
+    pods = shape.pods
+    rooms = [
+        target * ok[links].transpose(1, 0, 2).reshape(shape.aggs * pods, -1)
+        for links in (shape.agg_up, shape.agg_down)
+    ]
+    if np.count_nonzero(keep < 0) * 4 > keep.size:  # mostly new: the splits are faster
+        return _stage_two(shape, ok, ends, agg, keep, target)
+    graph = Colouring(
+        agg * pods + shape.pod[s], agg * pods + shape.pod[d], keep.copy(), rooms[0], rooms[1]
+    )
+    if graph.within() and all(graph.place(f) for f in np.flatnonzero(keep < 0).tolist()):
+        return graph.colour
+    return _stage_two(shape, ok, ends, agg, keep, target)
+
+
 def assign_degraded(
     shape: FatTreeShape,
     usable: BoolArray,
@@ -161,12 +251,30 @@ def assign_degraded(
     had = prev_agg >= 0
     on = s != d
     far = shape.pod[s] != shape.pod[d]
-    for method in ("leaf", "pod"):
+    methods = ("previous", "leaf", "pod") if previous is not None else ("leaf", "pod")
+    for method in methods:
         agg, core = none.copy(), none.copy()
         try:
-            agg[on] = _stage_one(shape, ok, (s[on], d[on]), prev_agg[on], target, method)
+            if method == "previous":  # the old aggs where they still fit: chains fix pods
+                kept = _kept_aggs(shape, ok, (s[on], d[on]), prev_agg[on], target)
+                if kept is None:
+                    continue
+                agg[on] = kept
+            else:
+                agg[on] = _stage_one(shape, ok, (s[on], d[on]), prev_agg[on], target, method)
+            if method != "pod":  # leaf-wise colours may leave pods over: chains fix that
+                moving = (prev_agg < 0) | (far & (prev_core < 0)) if had.any() else None
+                fixed = fix_pods(shape, ok, (s[on], d[on]), agg[on], target,
+                                 None if moving is None else moving[on])  # fmt: skip
+                if fixed is None:
+                    continue
+                agg[on] = fixed
             keep = np.where(agg == prev_agg, prev_core, -1)
-            core[far] = _stage_two(shape, ok, (s[far], d[far]), agg[far], keep[far], target)
+            redo = far & np.isin(agg, _groups_to_redo(shape, ok, (s, d), agg, keep, far, target))
+            core[far & ~redo] = keep[far & ~redo]
+            if redo.any():
+                core[redo] = _stage_two_kept(shape, ok, (s[redo], d[redo]), agg[redo],
+                                             keep[redo], target)  # fmt: skip
         except SplitInfeasible:
             continue
         paths = _paths(shape, s, d, agg, core)

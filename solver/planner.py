@@ -50,7 +50,10 @@ from the previous plan's when only links went away. Strategy ``greedy`` keeps th
 behaviour (keep what may stay, place the rest greedily).
 
 **Budget** (seconds) bounds the search: LP and CP-SAT share what the constructive step leaves,
-in proportion to sub-problem size. Construction always runs (milliseconds; about a second at
+in proportion to sub-problem size. A repair searches ejection chains until it fits every flow,
+so each gets at most :data:`REPAIR_SHARE` of what is left of the budget and then places the
+rest where they fit best (a 16k-GPU re-plan after a lost core used to spend 18 s of a 10 s
+budget there). Construction always runs (milliseconds; about a second at
 16k GPUs for greedy), so a tiny budget returns the constructive plan, valid and a little late.
 """
 
@@ -90,6 +93,15 @@ MIN_SEARCH_SECONDS = 0.02
 
 BUILD_SECONDS_PER_PATH = 2e-5
 """Rough cost of building a CP-SAT model, per candidate variable, measured on 2 cores."""
+
+REPAIR_SHARE = 0.1
+"""Part of the remaining budget one repair may take (see :meth:`_Planner.slice`)."""
+
+QUICK_REPAIR_SECONDS = 0.1
+"""On a fat-tree, the first repair of a re-plan (keep what may stay, re-place the rest) stops
+after this: when it works it takes milliseconds (a 16k-GPU fat-tree losing its busiest uplink:
+20 ms), and when it cannot the degraded colouring reaches the bound in a fraction of a second
+instead."""
 
 LP_SHARE = 0.25
 
@@ -197,6 +209,13 @@ class _Planner:
         self._grids: dict[int, SpineGrid] = {}
         self._polish_left = POLISH_SECONDS
 
+    def slice(self) -> float:
+        """The deadline of one repair: a share of what is left of the budget (a repair that
+        cannot reach its target searches ejection chains until stopped; the planner's other
+        methods, then the search, need the rest)."""
+        now = time.perf_counter()
+        return now + max(self.deadline - now, 0.0) * REPAIR_SHARE
+
     def key(self, c: _Component, choice: IntArray) -> tuple[float, ...]:
         """What "better" means for a component: the objective, lexicographically."""
         util, at_max = _objective(self.problem, c, choice).key()
@@ -283,7 +302,12 @@ class _Planner:
         if prior is not None and self.strategy != "exact":
             # Keep what may stay, evict what must go, re-place: at the bound, done.
             if self.strategy == "auto":
-                fixed = repair(problem, c.flows, prior, c.best, self.grid(c))
+                deadline = self.slice()
+                weights = problem.weight[c.flows]
+                if self.intact_shape() is not None and np.all(weights == weights[:1]):
+                    # a fat-tree of equal weights: the degraded colouring comes next
+                    deadline = min(deadline, time.perf_counter() + QUICK_REPAIR_SECONDS)
+                fixed = repair(problem, c.flows, prior, c.best, self.grid(c), deadline=deadline)
                 if fixed.reached:
                     c.choice, c.method = self.fewer_moves(c, prior, fixed.choice), "repair"
                     c.seconds = time.perf_counter() - start
@@ -320,10 +344,11 @@ class _Planner:
         keys = [self.key(c, choice) for choice, _, _ in options]
         best = min(range(len(options)), key=lambda i: keys[i])
         c.choice, c.method, c.proven = options[best]
-        if prior is not None and self.strategy == "auto":
-            # The same max utilization with fewer moves: repair the previous plan to it.
-            z = float(keys[best][0])
-            fixed = repair(problem, c.flows, prior, z, self.grid(c))
+        z = float(keys[best][0])
+        if prior is not None and self.strategy == "auto" and not _meets(z, c.best):
+            # The same max utilization with fewer moves: repair the previous plan to it (at
+            # the bound the first repair already tried and failed).
+            fixed = repair(problem, c.flows, prior, z, self.grid(c), deadline=self.slice())
             if fixed.reached and self.key(c, fixed.choice) < keys[best]:
                 c.choice, c.method = fixed.choice, "repair"
         c.seconds = time.perf_counter() - start
@@ -367,7 +392,7 @@ class _Planner:
             return None
         if prior is not None:  # flows whose old path is still fine keep it
             start = np.where(prior >= 0, prior, start)
-        fixed = repair(problem, c.flows, start, c.best, self.grid(c))
+        fixed = repair(problem, c.flows, start, c.best, self.grid(c), deadline=self.slice())
         if not fixed.reached:
             return None
         return fixed.choice, "repair", True

@@ -67,6 +67,8 @@ class Repair:
     reached: bool
     moved: int
     """Flows that had a path that may stay and were moved anyway (ejections included)."""
+    timed_out: bool = False
+    """The deadline stopped the search (chains, exchanges, ejections) before every flow fit."""
 
 
 def layers(problem: Problem) -> IntArray:
@@ -157,6 +159,8 @@ def _eject(
 ) -> bool:
     """Place ``i`` by relocating one flow off each blocking resource of some candidate; a
     relocated flow that fits nowhere may in turn eject others, ``depth`` levels in all."""
+    if time.perf_counter() > state.deadline:
+        return False
     problem = state.problem
     scale = problem.scale
     util = state.utils(i)
@@ -272,7 +276,7 @@ def repair(
     grid: SpineGrid | None = None,
     *,
     lookahead: int = 0,
-    deadline: float | None = None,
+    deadline: float = float("inf"),
 ) -> Repair:
     """Repair the component's ``flows`` (``prior``: each one's previous candidate, ``< 0``
     where none may stay) to utilization ``<= z``; see the module docstring. ``grid`` (2-tier
@@ -280,10 +284,13 @@ def repair(
 
     ``lookahead`` > 0 (offline use: seconds, not milliseconds) tries, for that many of the
     flows that need a chain, every way of placing each (:func:`solver.chains.chain_options`)
-    with the rest placed as usual, and keeps the way that moves least overall; it stops
-    branching at ``deadline`` (``time.perf_counter()``)."""
+    with the rest placed as usual, and keeps the way that moves least overall.
+
+    After ``deadline`` (a ``time.perf_counter()`` value) no chain, exchange or ejection starts
+    and look-ahead stops branching: the rest are placed where they fit best and the result
+    says it timed out (always a valid assignment)."""
     choice = np.where(prior >= 0, prior, -1).astype(np.int64)
-    state = State(problem, flows, choice, z)
+    state = State(problem, flows, choice, z, deadline)
     state.prior = prior
     moved = np.zeros(len(flows), dtype=bool)
     evicted = _evict(state)
@@ -306,7 +313,7 @@ def repair(
         send_back(state, prior)
     had = prior >= 0
     changed = had & (choice != prior)
-    return Repair(choice, reached, int(np.count_nonzero(changed)))
+    return Repair(choice, reached, int(np.count_nonzero(changed)), state.timed_out)
 
 
 def _place(
@@ -320,12 +327,14 @@ def _place(
         if k >= 0:
             state.add(i, k)
             continue
-        if place_by_chain(state, i, moved):
+        late = time.perf_counter() > state.deadline
+        if not late and place_by_chain(state, i, moved):
             continue
-        if grid is not None and _swap(state, grid, i, z):
+        if not late and grid is not None and _swap(state, grid, i, z):
             continue
-        if _eject(state, i, moved, EJECT_DEPTH):
+        if not late and _eject(state, i, moved, EJECT_DEPTH):
             continue
+        state.timed_out = state.timed_out or time.perf_counter() > state.deadline
         reached = False
         util = state.utils(i)
         state.add(i, int(np.argmin(util.max(axis=1))))
@@ -339,7 +348,7 @@ def _look(
     grid: SpineGrid | None,
     z: float,
     depth: int,
-    deadline: float | None,
+    deadline: float,
 ) -> IntArray | None:
     """The assignment moving least among the ways of placing the next ``depth`` flows that
     need a chain (the rest as :func:`_place` does), or ``None`` if none reaches ``z``."""
@@ -349,7 +358,7 @@ def _look(
         if k >= 0:
             state.add(i, k)
             continue
-        late = deadline is not None and time.perf_counter() > deadline
+        late = time.perf_counter() > deadline
         options = [] if depth <= 0 or late else chain_options(state, i)
         if not options:
             if not _place(state, order[n:], moved, grid, z):
