@@ -317,7 +317,6 @@ def chain_options(state: State, i: int) -> list[tuple[int, list[tuple[int, int]]
     its candidates (each relieved by its own cheapest chain), cheapest first, as ``(price,
     moves)``; nothing is changed. For a search that looks ahead (:func:`solver.repair.repair`
     with ``lookahead``): the cheapest chain for one flow may leave the next one dearer."""
-    scale = state.problem.scale
     util = state.utils(i)
     blocked = util > state.limit
     count = blocked.sum(axis=1)
@@ -331,22 +330,9 @@ def chain_options(state: State, i: int) -> list[tuple[int, list[tuple[int, int]]
         if key in seen:
             continue
         seen.add(key)
-        saved = state.choice.copy()
-        state.add(i, k)
-        moves: list[tuple[int, int]] = [(i, k)]
-        price = 0
-        for r in rows[k][blocked[k]].tolist():
-            if state.load[r] * scale[r] <= state.limit:
-                continue
-            got = relieve(state, r, {i})
-            if got is None:
-                price = -1
-                break
-            moves.extend(got[0])
-            price += got[1]
-        restore(state, saved)
-        if price >= 0:
-            out.append((price, moves))
+        option = _price_candidate(state, i, k, rows[k][blocked[k]].tolist(), None)
+        if option is not None:
+            out.append(option)
     out.sort(key=lambda option: option[0])
     return out
 
@@ -360,8 +346,6 @@ def place_by_chain(state: State, i: int, moved: BoolArray) -> bool:
     """Place ``i`` where the fewest new moves make room (:func:`relieve`): on a candidate
     full on one resource, all such searched together; if that costs moves, also on the
     candidates full on two, each relieved in turn."""
-    problem = state.problem
-    scale = problem.scale
     util = state.utils(i)
     blocked = util > state.limit
     count = blocked.sum(axis=1)
@@ -389,28 +373,41 @@ def place_by_chain(state: State, i: int, moved: BoolArray) -> bool:
         if key in seen:
             continue
         seen.add(key)
-        saved = state.choice.copy()
-        state.add(i, k)
-        moves: list[tuple[int, int]] = [(i, k)]
-        price = 0
-        for r in rows[k][blocked[k]].tolist():
-            if state.load[r] * scale[r] <= state.limit:
-                continue
-            got = relieve(state, r, {i}, cost - price)
-            if got is None:
-                price = cost
-                break
-            moves.extend(got[0])
-            price += got[1]
-        if price < cost:
-            best, cost = moves, price
-        restore(state, saved)
+        option = _price_candidate(state, i, k, rows[k][blocked[k]].tolist(), cost)
+        if option is not None and option[0] < cost:
+            cost, best = option
     if best is None:
         return False
     _make(state, best)
     for g, _ in best[1:]:
         moved[g] = True
     return True
+
+
+def _price_candidate(
+    state: State, i: int, k: int, full: list[int], budget: int | None
+) -> tuple[int, list[tuple[int, int]]] | None:
+    """Put ``i`` on candidate ``k`` and relieve each of its ``full`` resources by its cheapest
+    chain (:func:`relieve`): ``(price, moves)``, or ``None`` if one cannot be relieved. With a
+    ``budget`` the chains together cost less than it; without, each may cost up to
+    :data:`CHAIN_DEPTH`. The state is left as it was."""
+    scale = state.problem.scale
+    saved = state.choice.copy()
+    state.add(i, k)
+    moves: list[tuple[int, int]] = [(i, k)]
+    price = 0
+    try:
+        for r in full:
+            if state.load[r] * scale[r] <= state.limit:
+                continue
+            got = relieve(state, r, {i}, CHAIN_DEPTH if budget is None else budget - price)
+            if got is None:
+                return None
+            moves.extend(got[0])
+            price += got[1]
+        return price, moves
+    finally:
+        restore(state, saved)
 
 
 TWO_ROWS = 8
