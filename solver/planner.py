@@ -67,7 +67,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver import fattree
-from solver.bounds import combinatorial_bounds, integral_units, lp_bound, round_up
+from solver.bounds import lp_bound, round_up
 from solver.coloring import assign_spines
 from solver.cpsat import solve_cpsat
 from solver.degraded import assign_degraded
@@ -163,8 +163,7 @@ class _Component:
 
 def _components(problem: Problem) -> list[_Component]:
     """Every component with its flows, resources and combinatorial bound, none solved yet."""
-    bounds = combinatorial_bounds(problem)
-    units = integral_units(problem)
+    bounds, units = problem.component_bounds
     return [
         _Component(
             pairs,

@@ -176,6 +176,15 @@ class Problem:
         return Candidates(self.fabric, self.pair_leaves, self.offset, self.table, self.hops)
 
     @cached_property
+    def component_bounds(self) -> tuple[FloatArray, FloatArray]:
+        """Per component: the combinatorial bound and the unit of integral loads
+        (:mod:`solver.bounds`), computed once per problem: ``c4p plan`` plans the same
+        problem twice (greedy and c4p), 0.07 s each at 16k GPUs."""
+        from solver.bounds import combinatorial_bounds, integral_units  # bounds reads Problem
+
+        return combinatorial_bounds(self), integral_units(self)
+
+    @cached_property
     def cross(self) -> IntArray:
         """Flows that cross a spine (the ones a plan chooses for), in flow order."""
         return np.flatnonzero(self.pair >= 0)

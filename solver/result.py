@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from solver.bounds import combinatorial_bounds, integral_units, round_up
+from solver.bounds import round_up
 from solver.candidates import Candidates
 from solver.flows import Flow
 from solver.plans import PlanFile, plan_from_paths
@@ -163,8 +163,7 @@ class Plan:
             return self.bounds.best
         problem = self._rate_problem
         assert problem is not None
-        units = integral_units(problem).tolist()
-        bounds = combinatorial_bounds(problem).tolist()
+        bounds, units = (values.tolist() for values in problem.component_bounds)
         return max((round_up(b, u) for b, u in zip(bounds, units, strict=True)), default=0.0)
 
     @cached_property
@@ -204,8 +203,7 @@ class Plan:
             except TopologyError:
                 paths.append(())
         problem = build_problem(fabric, flows, np.array([f.rate for f in flows]))
-        units = integral_units(problem).tolist()
-        bounds = combinatorial_bounds(problem).tolist()
+        bounds, units = (values.tolist() for values in problem.component_bounds)
         best = max((round_up(b, u) for b, u in zip(bounds, units, strict=True)), default=0.0)
         ids = problem.ids
         return cls(
