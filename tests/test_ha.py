@@ -36,8 +36,9 @@ from c4p.client import (
     communicator,
 )
 from c4p.client.emulated import EmulatedTransport
-from c4p.service.replica import STORE_HEALTH
-from c4p.testing.etcd_cluster import EtcdCluster, etcd_binary
+from c4p.serve import ServeConfig
+from c4p.service.replica import STORE_HEALTH, Replica, Role
+from c4p.testing.etcd_cluster import EtcdCluster, etcd_binary, free_port
 from c4p.testing.replicas import ADMIN_TOKEN, ReplicaGroup
 from topology.generators import generate
 
@@ -333,3 +334,51 @@ def test_member_lost_then_quorum_lost_keeps_serving_bindings_and_recovers(
             watch.stop()
         finally:
             flow.close()
+
+
+def test_a_keep_alive_failing_after_a_commit_sets_the_store_health_again(
+    etcd: EtcdCluster, tmp_path: Path
+) -> None:
+    """The store's health has two witnesses: a step's commit (SERVING) and the replica's
+    keep-alive (NOT_SERVING when it fails). A commit between two failed keep-alives must not
+    leave the health SERVING while etcd has no quorum: seen in CI as a quorum-loss test waiting
+    30 s for NOT_SERVING. The sequence is driven in process, on a real etcd, in that order."""
+    config = ServeConfig.model_validate(
+        {
+            "fabric": {"path": str(tmp_path / "unused.json")},
+            "listen": {"address": f"127.0.0.1:{free_port()}", "grace_s": 0.5},
+            "store": {
+                "kind": "etcd",
+                "endpoints": etcd.endpoints,
+                "prefix": "/c4p-health/",
+                "lease_ttl_s": 4,
+                "timeout_s": 1.0,
+            },  # fmt: skip
+            "replica": {"name": "solo", "poll_s": 0.1},
+            "auth": {"admin": [{"value": ADMIN_TOKEN}]},
+            "metrics": {"address": None},
+        }
+    )
+
+    async def scenario() -> list[float | None]:
+        replica = Replica(config, fabric=FABRIC)
+        await replica.start()
+        try:
+            for _ in range(300):  # bounded: 30 s
+                if replica.role is Role.LEADER and replica.runtime is not None:
+                    break
+                await asyncio.sleep(0.1)
+            runtime = replica.runtime
+            assert runtime is not None
+            seen = []
+            replica._set_writable(False, "keep-alive failed (test)")
+            seen.append(runtime.metrics.registry.get_sample_value("c4p_store_writable"))
+            runtime._set_health(health_pb2.HealthCheckResponse.SERVING)  # a step committed
+            seen.append(runtime.metrics.registry.get_sample_value("c4p_store_writable"))
+            replica._set_writable(False, "keep-alive failed again (test)")
+            seen.append(runtime.metrics.registry.get_sample_value("c4p_store_writable"))
+            return seen
+        finally:
+            await replica.stop()
+
+    assert asyncio.run(scenario()) == [0.0, 1.0, 0.0]

@@ -238,18 +238,17 @@ class Replica:
             await self._reload(election.fence)
 
     def _set_writable(self, writable: bool, why: str) -> None:
+        # The health goes through the runtime every time, not only when this flag changes: a
+        # step that commits meanwhile sets it SERVING (the runtime's rule), and a keep-alive
+        # failing after that must set it back even though this replica already knew.
+        runtime = self.runtime
+        if runtime is not None:
+            runtime.set_store_writable(writable)
         if writable == self.writable:
             return
         self.writable = writable
-        runtime = self.runtime
-        if runtime is not None:
-            runtime.metrics.store_writable.set(1 if writable else 0)
-            status = health_pb2.HealthCheckResponse.SERVING
-            if not writable:
-                status = health_pb2.HealthCheckResponse.NOT_SERVING
-            asyncio.get_running_loop().create_task(runtime.health.set(STORE_HEALTH, status))
-            if writable:  # plans that failed meanwhile: now, not at the next backoff
-                runtime.loop.enqueue(Key(KeyKind.RETRY, detail="store writable", force=False))
+        if runtime is not None and writable:  # plans that failed meanwhile: now, not later
+            runtime.loop.enqueue(Key(KeyKind.RETRY, detail="store writable", force=False))
         log.warning(
             "store writable" if writable else "store not writable",
             extra={"event": "store-writable", "writable": writable, "why": why},

@@ -266,6 +266,16 @@ class ServiceRuntime:
         should send clients to a controller that can keep what they ask for)."""
         self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
 
+    def set_store_writable(self, writable: bool) -> None:
+        """The store takes writes, or not, as its owner (an etcd replica's keep-alive) sees it:
+        the same health and metric as a step's commit or refusal, through one memo, so that
+        whichever saw it last is what the health says."""
+        self._set_health(
+            health_pb2.HealthCheckResponse.SERVING
+            if writable
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+
     def _set_health(self, status: Any) -> None:
         """The overall health ("") and the store's (``c4p.store``) follow the store. The
         services' own names stay SERVING: their streams keep serving the bindings in force
