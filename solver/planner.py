@@ -81,6 +81,7 @@ from solver.moves import fewest_moves
 from solver.problem import SAME_LEAF, TOLERANCE, UNREACHABLE, Objective, Problem, build_problem
 from solver.repair import min_moves, repair
 from solver.result import Bounds, Part, Plan
+from solver.treemoves import replan_choice  # tree3r
 from topology.index import FloatArray, IntArray
 from topology.model import Fabric
 
@@ -304,7 +305,13 @@ class _Planner:
                 deadline = self.slice()
                 weights = problem.weight[c.flows]
                 if self.intact_shape() is not None and np.all(weights == weights[:1]):
-                    # a fat-tree of equal weights: the degraded colouring comes next
+                    # tree3r: a fat-tree of equal weights: chains over its layered counts first
+                    # (solver.treemoves), then the generic repair, then the degraded colouring
+                    moved = self.tree_moves(c, prior)
+                    if moved is not None:
+                        c.choice, c.method = self.fewer_moves(c, prior, moved), "tree-repair"
+                        c.seconds = time.perf_counter() - start
+                        return
                     deadline = min(deadline, time.perf_counter() + QUICK_REPAIR_SECONDS)
                 fixed = repair(problem, c.flows, prior, c.best, self.grid(c), deadline=deadline)
                 if fixed.reached:
@@ -374,6 +381,17 @@ class _Planner:
             c.notes += (found.note,)
             return found.choice
         return choice
+
+    def tree_moves(self, c: _Component, prior: IntArray) -> IntArray | None:
+        """tree3r: the previous plan repaired at the bound by chains over a fat-tree's layered
+        counts (:mod:`solver.treemoves`); ``None`` where the bound is no whole flow count or
+        no chain is found within :data:`QUICK_REPAIR_SECONDS`."""
+        shape = None if self.problem.two_tier else self.intact_shape()
+        target = c.best / c.unit if c.unit > 0 else math.nan
+        if shape is None or math.isnan(target) or abs(round(target) - target) > 1e-6:
+            return None
+        deadline = min(self.slice(), time.perf_counter() + QUICK_REPAIR_SECONDS)
+        return replan_choice(self.problem, c.flows, prior, shape, round(target), deadline)
 
     def heal(self, c: _Component, prior: IntArray | None) -> tuple[IntArray, str, bool] | None:
         """Colour the intact structure (every link taken as up), keep the flows whose colour

@@ -1,0 +1,524 @@
+"""Re-plans on a fat-tree by chains of moves over its layered counts: the previous plan kept,
+only what must move moved.
+
+Why its own module: after a link fails, drains or comes back, a re-plan should keep every flow
+whose path is still usable and move the few that must go, plus as few others as make room for
+them. The generic chain search (:mod:`solver.chains`) does that on any fabric but walks path
+rows of a lazily built candidate table (a 3-tier 4,096-GPU light-uplink re-plan spent 0.15 s of
+its 0.18 s there), and the degraded colouring (:mod:`solver.degraded`) that followed it when it
+ran out of time re-coloured every flow whose agg or core a colour chain touched (a 16k-GPU lost
+core: 292 moved where 38-60 suffice).
+
+**Layers.** On a fat-tree (:mod:`solver.fattree`: ``A`` aggs per pod, ``A`` core groups of
+``G``) a flow's path is one *option*: an agg index ``j`` within its pod, and across pods a core
+``g`` of group ``j``. Its resources are the leaf links ``s -> agg j`` and ``agg j -> t`` (the
+option's ``j``) and, across pods, the agg-core links ``(p, j) -> (j, g)`` and ``(j, g) -> (q,
+j)``. So a move either keeps ``j`` and changes only ``g`` (an agg-core move: leaf links
+untouched) or changes ``j`` (leaf-link move). The state here is those counts only: one array of
+flows per resource (at most four per flow), the options of a flow read off the shape's tables
+by ``(j, g)``, never a path table.
+
+**Chains.** A displaced flow takes an option full on at most one resource; one flow on that
+resource leaves for an option full on at most one other, and so on until one lands where
+everything has room (the capacitated form of a Kempe chain, as in :mod:`solver.chains`).
+Chains are priced by new moves: a flow still on its previous option costs one, one already moved
+is free, a return earns one back; the search is 0-1 breadth-first over resources, so the first
+chain found is a cheapest one within ``DEPTH`` moves and ``NODES`` resources. Displaced flows
+are placed in several orders (every order when few) and the cheapest result kept; moved flows
+are then sent back where a free chain makes room.
+
+**Guarantee.** None beyond what is checked: the result is returned only when every flow is on a
+usable option and no switch link carries more than ``target`` flows, so it meets the bound when
+``target`` is the bound. Moves are not proven minimal; the planner reports a lower bound beside
+them (and the tests compare them with an independent CP-SAT minimum on small fat-trees).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from solver.fattree import FatTreeShape, _leaves
+from solver.incremental import match_middles
+from solver.problem import Problem
+from topology.index import BoolArray, IntArray
+
+__all__ = ["DEPTH", "NODES", "ORDERS", "TreeRepair", "replan_choice", "repair_tree"]
+
+DEPTH = 10
+"""Longest chain of moves one search builds."""
+
+NODES = 3000
+"""Resources one chain search visits before giving up."""
+
+ORDERS = 24
+"""Orders of the displaced flows tried (all of them for up to four flows)."""
+
+MORE_ORDERS_SECONDS = 0.02
+"""Orders after the first are tried only while this much time has not passed since the start
+(a re-plan answers in well under 0.1 s; the first order is usually the best or close)."""
+
+PENDING = 1
+"""Resources a chain may leave over at once (an option full at both leaf links is two)."""
+
+_BIG = 1 << 30
+
+Chain = list[tuple[int, int]]
+"""Moves ``(flow, option)`` in the order made."""
+
+
+@dataclass(frozen=True)
+class _Layers:
+    """A leaf pair's option resources: leaf links per agg index ``j`` (``[A]``), agg-core
+    links per ``(j, g)`` (``[A, G]``, ``None`` within a pod), lost options (flat)."""
+
+    up: IntArray
+    down: IntArray
+    core_up: IntArray | None
+    core_down: IntArray | None
+    dead: BoolArray
+
+
+@dataclass(frozen=True)
+class TreeRepair:
+    """A repaired plan: agg index and core per flow (``-1``: none, as in
+    :class:`solver.fattree.FatTreeAssignment`), and how many flows with a previous option
+    left it."""
+
+    agg: IntArray
+    core: IntArray
+    moved: int
+
+
+class _State:
+    """Counts per switch resource and the option of each flow, while repairing."""
+
+    def __init__(
+        self,
+        shape: FatTreeShape,
+        ok: BoolArray,
+        ends: tuple[IntArray, IntArray],
+        option: IntArray,
+        target: int,
+    ) -> None:
+        s, t = ends
+        self.shape = shape
+        self.pad = ok.size - 1  # a column no option fills (room without end)
+        self.room = np.where(ok, target, 0).astype(np.int64)
+        self.room[self.pad] = _BIG
+        self.ok = ok.copy()
+        self.ok[self.pad] = True
+        self.s, self.t = s, t
+        self.far = shape.pod[s] != shape.pod[t]
+        self.width = np.where(self.far, shape.aggs * shape.cores_per_group, shape.aggs)
+        self._layers: dict[tuple[int, int], _Layers] = {}
+        self.option = option
+        self.prior = option.copy()
+        self.load = np.zeros(ok.size, dtype=np.int64)
+        self.path = np.full((s.size, 4), self.pad, dtype=np.int64)
+        placed = np.flatnonzero(option >= 0)
+        if placed.size:
+            self.path[placed] = self.paths(placed, option[placed])
+            np.add.at(self.load, self.path[placed].ravel(), 1)
+        self.load[self.pad] = 0
+        flat = self.path.ravel()
+        order = np.argsort(flat, kind="stable")
+        self._sorted = (flat[order], order // 4)
+        self._users: dict[int, set[int]] = {}
+        self._changed: set[int] = set()
+
+    def paths(self, flows: IntArray, option: IntArray) -> IntArray:
+        """Resources of ``option`` for each of ``flows`` (pad-filled for intra-pod ones)."""
+        sh = self.shape
+        g_count = sh.cores_per_group
+        far = self.far[flows]
+        j = np.where(far, option // g_count, option)
+        g = np.where(far, option % g_count, 0)
+        s, t = self.s[flows], self.t[flows]
+        out = np.full((flows.size, 4), self.pad, dtype=np.int64)
+        out[:, 0] = sh.up[s, j]
+        out[:, 3] = sh.down[t, j]
+        out[far, 1] = sh.agg_up[sh.pod[s[far]], j[far], g[far]]
+        out[far, 2] = sh.agg_down[sh.pod[t[far]], j[far], g[far]]
+        return out
+
+    def layers(self, f: int) -> _Layers:
+        """The resources of every option of flow ``f`` by layer (shared by its leaf pair)."""
+        key = (int(self.s[f]), int(self.t[f]))
+        got = self._layers.get(key)
+        if got is None:
+            sh, ok = self.shape, self.ok
+            s, t = key
+            up, down = sh.up[s], sh.down[t]
+            dead = ~(ok[up] & ok[down])
+            if self.far[f]:
+                cu, cd = sh.agg_up[sh.pod[s]], sh.agg_down[sh.pod[t]]
+                dead = (dead[:, None] | ~(ok[cu] & ok[cd])).ravel()
+                got = _Layers(up, down, cu, cd, dead)
+            else:
+                got = _Layers(up, down, None, None, dead)
+            self._layers[key] = got
+        return got
+
+    def resources(self, f: int, k: int) -> list[int]:
+        """The resources of option ``k`` of flow ``f`` (pad-filled within a pod)."""
+        lay = self.layers(f)
+        if lay.core_up is None or lay.core_down is None:
+            return [int(lay.up[k]), self.pad, self.pad, int(lay.down[k])]
+        j, g = divmod(k, self.shape.cores_per_group)
+        return [int(lay.up[j]), int(lay.core_up[j, g]), int(lay.core_down[j, g]), int(lay.down[j])]
+
+    def on(self, r: int) -> set[int]:
+        """Flows whose current option uses resource ``r`` (a live set: do not change it)."""
+        users = self._users.get(r)
+        if users is None:
+            keys, owners = self._sorted
+            lo, hi = np.searchsorted(keys, [r, r + 1]).tolist()
+            maybe = set(owners[lo:hi].tolist()) | self._changed
+            users = {f for f in maybe if r in self.path[f].tolist()}
+            self._users[r] = users
+        return users
+
+    def set(self, f: int, k: int) -> None:
+        """Flow ``f`` takes option ``k`` (``-1``: none)."""
+        old = self.path[f]
+        for r in old.tolist():
+            if r != self.pad:
+                self.load[r] -= 1
+                users = self._users.get(r)
+                if users is not None:
+                    users.discard(f)
+        new = self.resources(f, k) if k >= 0 else [self.pad] * 4
+        for r in new:
+            if r != self.pad:
+                self.load[r] += 1
+                users = self._users.get(r)
+                if users is not None:
+                    users.add(f)
+        self.path[f] = new
+        self.option[f] = k
+        self._changed.add(f)
+
+    def shift(self, chain: Chain, sign: int) -> None:
+        """The chain's moves on the loads only (a search prices many chains, makes one)."""
+        load = self.load
+        for f, k in chain:
+            for r in self.path[f].tolist():
+                load[r] -= sign
+            for r in self.resources(f, k):
+                load[r] += sign
+        load[self.pad] = 0
+
+    def make(self, chain: Chain) -> list[tuple[int, int]]:
+        undo = [(f, int(self.option[f])) for f, _ in chain]
+        for f, k in chain:
+            self.set(f, k)
+        return undo
+
+    def unmake(self, undo: list[tuple[int, int]]) -> None:
+        for f, k in reversed(undo):
+            self.set(f, k)
+
+    def price(self, f: int, k: int) -> int:
+        """New moves of ``f`` taking ``k``: one off its previous option, minus one back."""
+        before = int(self.prior[f])
+        if before < 0:
+            return 0
+        if k == before:
+            return -1
+        return 1 if self.option[f] == before else 0
+
+    def blocked(self, f: int) -> tuple[IntArray, IntArray, IntArray]:
+        """For each option of ``f``: how many of its links would be over their room were
+        ``f`` to take it (``_BIG`` for its current option and lost ones), and the full links
+        with the largest and the smallest id (``-1`` for none; both the full one for a
+        count of one, both full ones for a count of two). Layer by layer: the leaf
+        links per agg index ``j``, the agg-core links per ``(j, g)``; a flow changing only its
+        core adds nothing to its leaf links."""
+        lay = self.layers(f)
+        load, room = self.load, self.room
+        k = int(self.option[f])
+        far = lay.core_up is not None
+        add = np.ones(self.shape.aggs, dtype=np.int64)
+        if k >= 0:
+            add[k // self.shape.cores_per_group if far else k] = 0
+        up = load[lay.up] + add > room[lay.up]
+        down = load[lay.down] + add > room[lay.down]
+        count = up.astype(np.int64) + down
+        hi = np.where(down, lay.down, np.where(up, lay.up, -1))
+        lo = np.where(up, lay.up, hi)
+        if lay.core_up is not None and lay.core_down is not None:
+            cu = load[lay.core_up] >= room[lay.core_up]
+            cd = load[lay.core_down] >= room[lay.core_down]
+            count = (count[:, None] + cu + cd).ravel()
+            top = np.where(cd, lay.core_down, np.where(cu, lay.core_up, -1))
+            low = np.where(cu, lay.core_up, top)
+            hi = np.maximum(hi[:, None], top).ravel()
+            lo = np.where(
+                lo[:, None] < 0, low, np.where(low < 0, lo[:, None], np.minimum(lo[:, None], low))
+            ).ravel()
+        count[lay.dead] = _BIG
+        if k >= 0:
+            count[k] = _BIG
+        return count, hi, lo
+
+    def moves(self) -> int:
+        return int(np.count_nonzero((self.prior >= 0) & (self.option != self.prior)))
+
+
+def _relieve(
+    state: _State,
+    starts: list[tuple[tuple[int, ...], Chain]],
+    frozen: set[int],
+    budget: int,
+    deadline: float = float("inf"),
+) -> tuple[Chain, int] | None:
+    """The cheapest chain, under ``budget`` new moves, after which none of a start's
+    resources (over their room after its moves) is over; made, with its price, or ``None``.
+
+    A state is the chain so far and the resources it leaves over (at most :data:`PENDING`):
+    the first of them is relieved by moving one of its flows to an option full on at most two
+    others (every other resource of that option has room), which join the rest. So a flow may
+    leave an agg whose leaf links are full at both ends of its new one (a tight fabric), as a
+    Kempe chain would not. Breadth-first by price (moves of flows that have moved are free)."""
+    queue: deque[tuple[tuple[int, ...], Chain, int]] = deque((p, c, 0) for p, c in starts)
+    done: set[tuple[int, ...]] = set()
+    while queue:
+        pending, chain, price = queue.popleft()
+        if len(chain) > DEPTH:
+            continue
+        state.shift(chain, 1)
+        try:
+            pending = tuple(r for r in pending if state.load[r] > state.room[r])
+            if not pending:
+                state.shift(chain, -1)
+                made, chain = chain, []
+                state.make(made)
+                return made, price
+            if pending in done:
+                continue
+            done.add(pending)
+            if len(done) > NODES or (len(done) % 64 == 0 and time.perf_counter() > deadline):
+                return None
+            res, rest = pending[0], pending[1:]
+            busy = frozen | {f for f, _ in chain}
+            for g in sorted(state.on(res)):
+                if g in busy:
+                    continue
+                back = int(state.prior[g])  # returning there earns a move back
+                step = state.price(g, -2)  # any other option
+                if price + step >= budget:
+                    continue  # any move of it costs one, which the budget does not allow
+                count, hi, lo = state.blocked(g)
+                fits = np.flatnonzero(count <= max(1, PENDING - len(rest)))
+                if not fits.size:
+                    continue
+                costs = np.where(fits == back, -1, step)
+                # Options of a flow leaving the same resources over are one step: its cheapest
+                # (a return first); every core of one agg, when that leaf link is full, ...
+                hi, lo = hi[fits], lo[fits]
+                by = np.lexsort((costs, lo, hi))
+                keep = np.ones(by.size, dtype=bool)
+                keep[1:] = (hi[by][1:] != hi[by][:-1]) | (lo[by][1:] != lo[by][:-1])
+                for i in by[keep].tolist():
+                    cost = int(costs[i])
+                    if price + max(cost, 0) >= budget:
+                        continue
+                    new = {int(hi[i]), int(lo[i])} - {-1}
+                    nxt = tuple(sorted(set(rest) | new))
+                    if nxt in done:
+                        continue
+                    item = (nxt, [*chain, (g, int(fits[i]))], price + cost)
+                    if cost <= 0:
+                        queue.appendleft(item)
+                    else:
+                        queue.append(item)
+        finally:
+            state.shift(chain, -1)
+    return None
+
+
+def _place(state: _State, f: int, deadline: float) -> int | None:
+    """Put unplaced flow ``f`` where the fewest new moves make room; their price, or ``None``."""
+    count, hi, lo = state.blocked(f)
+    free = np.flatnonzero(count == 0)
+    if free.size:  # room everywhere: the option with the most slack on its fullest link
+        rows = state.paths(np.full(free.size, f), free)
+        slack = (state.room[rows] - state.load[rows]).min(axis=1)
+        state.set(f, int(free[np.argmax(slack)]))
+        return 0
+    starts: list[tuple[tuple[int, ...], Chain]] = []
+    seen: set[tuple[int, ...]] = set()
+    for k in np.flatnonzero(count <= PENDING).tolist():
+        key = tuple(sorted({int(hi[k]), int(lo[k])}))
+        if key not in seen:
+            seen.add(key)
+            starts.append((key, [(f, k)]))
+    found = _relieve(state, starts, {f}, DEPTH + 1, deadline)
+    return None if found is None else found[1]
+
+
+def _restore(state: _State, saved: IntArray) -> None:
+    for g in np.flatnonzero(state.option != saved).tolist():
+        state.set(g, int(saved[g]))
+
+
+def _send_back(state: _State) -> None:
+    """Moved flows return to their previous option where that costs no other new move: it
+    has room again, or a chain of flows that moved already (price zero) makes room."""
+    for _ in range(3):
+        changed = False
+        moved = (state.prior >= 0) & (state.option != state.prior)
+        for g in np.flatnonzero(moved).tolist():
+            saved = state.option.copy()
+            state.set(g, int(state.prior[g]))
+            price = 0
+            for r in state.path[g].tolist():
+                if state.load[r] <= state.room[r]:
+                    continue
+                found = _relieve(state, [((r,), [])], {g}, 1 - price)
+                if found is None:
+                    price = 1
+                    break
+                price += found[1]
+            if price < 1:
+                changed = True
+            else:
+                _restore(state, saved)
+        if not changed:
+            return
+
+
+def _run(state: _State, order: list[int], deadline: float, budget: int) -> int | None:
+    """Relieve over-full resources, place ``order``'s flows, send moved ones back: the
+    moves, or ``None`` where something found no chain (or the moves reached ``budget``)."""
+    for _ in range(state.option.size):
+        over = np.flatnonzero(state.load > state.room)
+        if not over.size:
+            break
+        if (
+            time.perf_counter() > deadline
+            or _relieve(state, [((int(over[0]),), [])], set(), DEPTH + 1, deadline) is None
+        ):
+            return None
+    for f in order:
+        if time.perf_counter() > deadline or _place(state, f, deadline) is None:
+            return None
+        if state.moves() >= budget:
+            return None
+    _send_back(state)
+    return state.moves()
+
+
+def _orders(flows: list[int], count: int) -> list[list[int]]:
+    """The given order first, then others: every permutation of a few flows, else rotations
+    and the reverse."""
+    if len(flows) <= 4:
+        return [list(p) for p in itertools.permutations(flows)][:count]
+    out = [flows, flows[::-1]]
+    out += [flows[k:] + flows[:k] for k in range(1, len(flows))]
+    return out[:count]
+
+
+def repair_tree(
+    shape: FatTreeShape,
+    usable: npt.ArrayLike,
+    src_leaf: npt.ArrayLike,
+    dst_leaf: npt.ArrayLike,
+    previous: tuple[IntArray, IntArray],
+    target: int,
+    deadline: float = float("inf"),
+) -> TreeRepair | None:
+    """Every flow on its previous agg index and core where that path is usable and within
+    ``target`` flows a switch link; the others placed by chains of moves (module doc).
+    ``None`` when a flow finds no chain before ``deadline``.
+
+    ``shape`` is the cabling's (:func:`solver.fattree.analyse` with ``ignore_status``);
+    ``previous`` is each flow's former agg index and core (``-1``: none, or within a pod).
+    """
+    started = time.perf_counter()
+    s, t = _leaves(shape, src_leaf, dst_leaf)
+    ok = np.append(np.asarray(usable, dtype=bool), False)
+    prev_agg, prev_core = (np.asarray(a, dtype=np.int64) for a in previous)
+    on = s != t
+    far = shape.pod[s] != shape.pod[t]
+    g_count = shape.cores_per_group
+    option = np.where(far, prev_agg * g_count + prev_core, prev_agg)
+    option[~on | (prev_agg < 0) | (far & (prev_core < 0))] = -1
+    flows = np.flatnonzero(on)
+    state = _State(shape, ok, (s[flows], t[flows]), option[flows], target)
+    # A previous option over a lost link is gone: that flow must move.
+    lost = (state.option >= 0) & ~state.ok[state.path].all(axis=1)
+    for f in np.flatnonzero(lost).tolist():
+        state.set(f, -1)
+    start = state.option.copy()
+    todo = np.flatnonzero(start < 0).tolist()
+    must = int(np.count_nonzero(lost))
+    best: IntArray | None = None
+    fewest = _BIG
+    for k, order in enumerate(_orders(todo, ORDERS)):
+        if k and time.perf_counter() > min(deadline, started + MORE_ORDERS_SECONDS):
+            break
+        if k:
+            _restore(state, start)
+        got = _run(
+            state, order, min(deadline, started + MORE_ORDERS_SECONDS) if k else deadline, fewest
+        )
+        if got is not None and got < fewest:
+            best, fewest = state.option.copy(), got
+            if fewest <= must:  # no order moves fewer
+                break
+    if best is None:
+        return None
+    agg = np.full(s.size, -1, dtype=np.int64)
+    core = np.full(s.size, -1, dtype=np.int64)
+    mine = far[flows]
+    agg[flows] = np.where(mine, best // g_count, best)
+    core[flows[mine]] = best[mine] % g_count
+    had = prev_agg >= 0
+    moved = int(np.count_nonzero(had & ((agg != prev_agg) | (core != prev_core))))
+    return TreeRepair(agg, core, moved)
+
+
+def replan_choice(
+    problem: Problem,
+    flows: IntArray,
+    prior: IntArray,
+    shape: FatTreeShape,
+    target: int,
+    deadline: float,
+) -> IntArray | None:
+    """:func:`repair_tree` for the planner: ``prior`` (candidate per flow, ``-1``: none or
+    gone) read as aggs and cores off the candidates' first hops, the answer as candidates;
+    ``None`` where it finds no repair or a path is no candidate."""
+    leaves = problem.pair_leaves[problem.pair[flows]]
+    rows = problem.row_paths(problem.offset[problem.pair[flows]] + np.maximum(prior, 0))
+    far = shape.pod[leaves[:, 0]] != shape.pod[leaves[:, 1]]
+    agg = np.where(prior >= 0, shape.choice[rows[:, 0]], -1)
+    core = np.where((prior >= 0) & far, shape.choice[rows[:, min(1, rows.shape[1] - 1)]], -1)
+    usable = problem.index.res_usable
+    result = repair_tree(shape, usable, leaves[:, 0], leaves[:, 1], (agg, core), target, deadline)
+    if result is None:
+        return None
+    # Only the flows that moved need their candidate found (vectorised middles: within a
+    # pod ``(up, down)``, across ``(up, agg-core, core-agg, down)``).
+    moved = np.flatnonzero((result.agg != agg) | (result.core != core) | (prior < 0))
+    choice = prior.copy()
+    if moved.size:
+        s, t = leaves[moved, 0], leaves[moved, 1]
+        j, g = result.agg[moved], result.core[moved]
+        cross = g >= 0
+        middles = np.full((moved.size, problem.width), problem.pad, dtype=np.int64)
+        middles[:, 0] = shape.up[s, j]
+        middles[:, 1] = np.where(cross, shape.agg_up[shape.pod[s], j, np.maximum(g, 0)],
+                                 shape.down[t, j])  # fmt: skip
+        if problem.width > 2:
+            middles[cross, 2] = shape.agg_down[shape.pod[t[cross]], j[cross], g[cross]]
+            middles[cross, 3] = shape.down[t[cross], j[cross]]
+        choice[moved] = match_middles(problem, flows[moved], middles)
+    return None if np.any(choice < 0) else choice

@@ -1,0 +1,199 @@
+"""Fat-tree re-plans by chains over layered counts (solver.treemoves) against an independent
+CP-SAT model: the optimum utilization, and the fewest flows any plan reaching it must move.
+
+The model here is built from routing's own equal-cost paths (not the planner's candidates,
+not the fat-tree tables), one Boolean per (flow, path), as in the degraded-fabric tests.
+Fabrics are small fat-trees whose leaf links are all busy (two random permutations over every
+NIC, three hosts per leaf, four aggs): a failed leaf link, a lost or drained core or two random
+links can only be absorbed by chains of moves, the failure ladder's light-uplink case in small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ortools.sat.python import cp_model
+from planning_cases import assert_valid, make_flows, ports, switch_links
+
+from solver.fattree import analyse
+from solver.flows import Flow
+from solver.planner import plan
+from solver.treemoves import repair_tree
+from topology.generators import FatTreeParams, fat_tree
+from topology.model import Fabric, LinkStatus
+
+TREE = fat_tree(FatTreeParams(pods=3, leaves_per_pod=3, aggs_per_pod=4, cores=8, hosts_per_leaf=3))
+
+
+def _switch_resources(fabric: Fabric, path: Sequence[int]) -> list[int]:
+    index = fabric.index
+    return [
+        r
+        for r in path
+        if index.is_switch(int(index.res_src[r])) and index.is_switch(int(index.res_dst[r]))
+    ]
+
+
+def _cpsat(
+    fabric: Fabric, flows: Sequence[Flow], before: Sequence[Sequence[int]] | None = None
+) -> tuple[int, int]:
+    """(the least flows on the busiest switch link, the fewest flows that must leave their
+    ``before`` path for every switch link to stay within that), both proved by CP-SAT."""
+    index = fabric.index
+    model = cp_model.CpModel()
+    options: list[list[tuple[int, ...]]] = []
+    xs: list[list[cp_model.IntVar]] = []
+    load: dict[int, list[cp_model.IntVar]] = {}
+    for k, f in enumerate(flows):
+        paths = index.routing.equal_cost_paths(index.node(f.src), index.node(f.dst))
+        row = [model.new_bool_var(f"x{k}_{j}") for j in range(len(paths))]
+        model.add_exactly_one(row)
+        for x, path in zip(row, paths, strict=True):
+            for r in _switch_resources(fabric, path):
+                load.setdefault(r, []).append(x)
+        xs.append(row)
+        options.append([tuple(p) for p in paths])
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = 60
+    solver.parameters.num_workers = 1
+    z = model.new_int_var(0, len(flows), "z")
+    for row in load.values():
+        model.add(sum(row) <= z)
+    model.minimize(z)
+    assert solver.Solve(model) == cp_model.OPTIMAL
+    best = int(solver.ObjectiveValue())
+    if before is None:
+        return best, 0
+    model.add(z <= best)
+    stays = [row[paths.index(tuple(old))] for row, paths, old in zip(xs, options, before,
+             strict=True) if tuple(old) in paths]  # fmt: skip
+    model.maximize(sum(stays))
+    assert solver.Solve(model) == cp_model.OPTIMAL
+    had = sum(1 for path in before if path)
+    return best, had - int(solver.ObjectiveValue())
+
+
+def _core_links(fabric: Fabric, core: int) -> list[int]:
+    index = fabric.index
+    names = sorted(s.name for s in fabric.switches if int(index.tier[index.node(s.name)]) == 3)
+    name = names[core % len(names)]
+    return [li for li, link in enumerate(fabric.links)
+            if name in (link.a.split(":")[0], link.b.split(":")[0])]  # fmt: skip
+
+
+def _leaf_links(fabric: Fabric) -> list[int]:
+    index = fabric.index
+    tier, src, dst = index.tier, index.res_src, index.res_dst
+    return [li for li in switch_links(fabric)
+            if 1 in (int(tier[src[2 * li]]), int(tier[dst[2 * li]]))]  # fmt: skip
+
+
+@st.composite
+def busy_tree(draw: st.DrawFn) -> tuple[Fabric, list[Flow], str]:
+    """Two random permutations over every NIC and one failure: a leaf link down, a core lost
+    or drained (all its links), or two random switch links down."""
+    n = len(ports(TREE))
+    pairs: list[tuple[int, int]] = []
+    for _ in range(2):
+        perm = draw(st.permutations(range(n)))
+        pairs += [(a, b) for a, b in enumerate(perm) if a != b]
+    pairs = pairs or [(0, n - 1)]
+    kind = draw(st.sampled_from(["leaf link", "core lost", "core drained", "two links"]))
+    if kind == "leaf link":
+        change = {draw(st.sampled_from(_leaf_links(TREE))): LinkStatus.DOWN}
+    elif kind == "two links":
+        links = draw(st.lists(st.sampled_from(switch_links(TREE)), min_size=2, max_size=2,
+                              unique=True))  # fmt: skip
+        change = dict.fromkeys(links, LinkStatus.DOWN)
+    else:
+        status = LinkStatus.DOWN if kind == "core lost" else LinkStatus.DRAINED
+        change = dict.fromkeys(_core_links(TREE, draw(st.integers(0, 7))), status)
+    return TREE.with_link_status(change), make_flows(TREE, pairs), kind
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(busy_tree())
+def test_fat_tree_replans_reach_the_optimum_moving_at_most_the_minimum_plus_ten_percent(
+    case: tuple[Fabric, list[Flow], str],
+) -> None:
+    snapshot, flows, _ = case
+    before = plan(TREE, flows, budget=10)
+    after = plan(snapshot, flows, before, budget=10)
+    assert_valid(after, snapshot)
+    best, least = _cpsat(snapshot, flows, before.paths)
+    assert after.objective.max_utilization == best
+    assert after.min_moves is not None
+    assert after.min_moves <= least <= len(after.moved) <= 1.1 * least
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(busy_tree())
+def test_a_tree_repair_is_valid_within_its_target_and_never_beats_the_minimum(
+    case: tuple[Fabric, list[Flow], str],
+) -> None:
+    """repair_tree alone (no planner polish): when it answers, every path is usable, no switch
+    link carries more than the target, and it moves no fewer than CP-SAT's minimum."""
+    snapshot, flows, _ = case
+    before = plan(TREE, flows, budget=10)
+    best, least = _cpsat(snapshot, flows, before.paths)
+    shape = analyse(TREE)
+    assert not isinstance(shape, str)
+    index = TREE.index
+    leaf = {n: int(index.res_dst[index.out_resources[index.node(n)][0]]) for n in ports(TREE)}
+    src = np.array([leaf[f.src] for f in flows], dtype=np.int64)
+    dst = np.array([leaf[f.dst] for f in flows], dtype=np.int64)
+    usable = snapshot.index.res_usable
+    agg = np.full(len(flows), -1)
+    core = np.full(len(flows), -1)
+    for k, path in enumerate(before.paths):
+        hops = _switch_resources(TREE, path)
+        if hops and all(usable[r] for r in hops):
+            agg[k] = shape.choice[hops[0]]
+            if len(hops) == 4:
+                core[k] = shape.choice[hops[1]]
+    result = repair_tree(shape, usable, src, dst, (agg, core), best)
+    if result is None:
+        return
+    crossed = sum(1 for k, path in enumerate(before.paths) if path and agg[k] < 0)
+    assert result.moved + crossed >= least
+    paths = [(s, d, int(j), int(g)) for s, d, j, g in zip(src.tolist(), dst.tolist(),
+             result.agg.tolist(), result.core.tolist(), strict=True)]  # fmt: skip
+    count = np.zeros(usable.size, dtype=np.int64)
+    for s, d, j, g in paths:
+        if s == d:
+            continue
+        hops = [int(shape.up[s, j]), int(shape.down[d, j])]
+        if shape.pod[s] != shape.pod[d]:
+            assert g >= 0
+            hops += [int(shape.agg_up[shape.pod[s], j, g]), int(shape.agg_down[shape.pod[d], j, g])]
+        for r in hops:
+            assert usable[r], f"flow {s}->{d} on a lost link"
+            count[r] += 1
+    assert count.max() <= best
+
+
+def test_a_leaf_losing_its_light_uplink_is_repaired_by_chains_at_the_optimum() -> None:
+    """The ladder's light-uplink case in small: the leaf link carrying the fewest flows of the
+    healthy plan goes down; the re-plan is the layered chain repair's, at CP-SAT's optimum,
+    moving at most the minimum + 10%."""
+    n = len(ports(TREE))
+    rng = np.random.default_rng(3)
+    pairs = [(a, int(b)) for _ in range(2) for a, b in enumerate(rng.permutation(n)) if a != b]
+    flows = make_flows(TREE, pairs)
+    before = plan(TREE, flows, budget=10)
+    counts: dict[int, int] = {}
+    for path in before.paths:
+        for r in _switch_resources(TREE, path):
+            counts[r // 2] = counts.get(r // 2, 0) + 1
+    light = min(_leaf_links(TREE), key=lambda li: (counts.get(li, 0) or 99, li))
+    snapshot = TREE.with_link_status({light: LinkStatus.DOWN})
+    after = plan(snapshot, flows, before, budget=10)
+    assert_valid(after, snapshot)
+    best, least = _cpsat(snapshot, flows, before.paths)
+    assert after.objective.max_utilization == best
+    assert [p.method for p in after.parts] == ["tree-repair"]
+    assert after.min_moves is not None
+    assert after.min_moves <= least <= len(after.moved) <= 1.1 * least
