@@ -38,6 +38,8 @@ not minimised (the planner reports a lower bound on them beside what moved).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import numpy.typing as npt
 
@@ -52,9 +54,14 @@ from solver.fattree import (
 )
 from solver.kempechain import Colouring
 from solver.podchains import fix_pods
+from solver.treemoves import send_back
 from topology.index import BoolArray, IntArray
 
-__all__ = ["assign_degraded"]
+__all__ = ["SEND_BACK_SECONDS", "assign_degraded"]
+
+SEND_BACK_SECONDS = 0.15
+"""Most a re-plan spends sending moved flows back (:func:`solver.treemoves.send_back`): a
+16k-GPU lost core's colouring moved 260 flows, 177 after 0.3 s of it."""
 
 
 def _cumulated(room: IntArray) -> IntArray:
@@ -227,6 +234,27 @@ def _stage_two_kept(
     return _stage_two(shape, ok, ends, agg, keep, target)
 
 
+def _fits(
+    shape: FatTreeShape,
+    ok: BoolArray,
+    ends: tuple[IntArray, IntArray],
+    choice: tuple[IntArray, IntArray],
+    target: int,
+) -> bool:
+    """Every flow placed on usable links, none over ``target`` (what :func:`send_back` needs)."""
+    (s, d), (agg, core) = ends, choice
+    on, far = s != d, shape.pod[s] != shape.pod[d]
+    if np.any(agg[on] < 0) or np.any(core[far] < 0):
+        return False
+    j, g = agg[on], core[on]
+    hops = [shape.up[s[on], j], shape.down[d[on], j]]
+    cross = far[on]
+    hops += [shape.agg_up[shape.pod[s[on]][cross], j[cross], g[cross]],
+             shape.agg_down[shape.pod[d[on]][cross], j[cross], g[cross]]]  # fmt: skip
+    used = np.concatenate(hops)
+    return bool(ok[used].all()) and int(np.bincount(used).max(initial=0)) <= target
+
+
 def assign_degraded(
     shape: FatTreeShape,
     usable: BoolArray,
@@ -277,6 +305,11 @@ def assign_degraded(
                                              keep[redo], target)  # fmt: skip
         except SplitInfeasible:
             continue
+        if previous is not None and _fits(shape, ok, (s, d), (agg, core), target):
+            # the chains above re-colour flows whose agg or core changed: send back those a
+            # chain of flows that moved already makes room for (fewer moves, same target)
+            deadline = time.perf_counter() + SEND_BACK_SECONDS
+            agg, core = send_back(shape, usable, (s, d), previous, (agg, core), target, deadline)
         paths = _paths(shape, s, d, agg, core)
         used = np.fromiter((r for p in paths for r in p), np.int64)
         load = np.bincount(used, minlength=ok.size)

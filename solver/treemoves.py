@@ -48,7 +48,7 @@ from solver.incremental import match_middles
 from solver.problem import Problem
 from topology.index import BoolArray, IntArray
 
-__all__ = ["DEPTH", "NODES", "ORDERS", "TreeRepair", "replan_choice", "repair_tree"]
+__all__ = ["DEPTH", "NODES", "ORDERS", "TreeRepair", "replan_choice", "repair_tree", "send_back"]
 
 DEPTH = 10
 """Longest chain of moves one search builds."""
@@ -180,7 +180,8 @@ class _State:
             keys, owners = self._sorted
             lo, hi = np.searchsorted(keys, [r, r + 1]).tolist()
             maybe = set(owners[lo:hi].tolist()) | self._changed
-            users = {f for f in maybe if r in self.path[f].tolist()}
+            near = np.fromiter(maybe, np.int64, count=len(maybe))
+            users = set(near[(self.path[near] == r).any(axis=1)].tolist())
             self._users[r] = users
         return users
 
@@ -368,13 +369,15 @@ def _restore(state: _State, saved: IntArray) -> None:
         state.set(g, int(saved[g]))
 
 
-def _send_back(state: _State) -> None:
+def _send_back(state: _State, deadline: float = float("inf")) -> None:
     """Moved flows return to their previous option where that costs no other new move: it
     has room again, or a chain of flows that moved already (price zero) makes room."""
     for _ in range(3):
         changed = False
         moved = (state.prior >= 0) & (state.option != state.prior)
         for g in np.flatnonzero(moved).tolist():
+            if time.perf_counter() > deadline:
+                return
             saved = state.option.copy()
             state.set(g, int(state.prior[g]))
             price = 0
@@ -483,6 +486,47 @@ def repair_tree(
     had = prev_agg >= 0
     moved = int(np.count_nonzero(had & ((agg != prev_agg) | (core != prev_core))))
     return TreeRepair(agg, core, moved)
+
+
+def send_back(
+    shape: FatTreeShape,
+    usable: npt.ArrayLike,
+    ends: tuple[npt.ArrayLike, npt.ArrayLike],
+    previous: tuple[IntArray, IntArray],
+    current: tuple[IntArray, IntArray],
+    target: int,
+    deadline: float = float("inf"),
+) -> tuple[IntArray, IntArray]:
+    """``current`` (agg index and core per flow, every flow placed within ``target``) with
+    moved flows sent back to their ``previous`` option where a chain of flows that moved
+    already makes room: fewer moves, the same links within ``target``. For a plan made without
+    regard to moves (the degraded colouring's chains re-colour many flows)."""
+    s, t = _leaves(shape, *ends)
+    ok = np.append(np.asarray(usable, dtype=bool), False)
+    far = shape.pod[s] != shape.pod[t]
+    flows = np.flatnonzero(s != t)
+    g_count = shape.cores_per_group
+
+    def options(agg: IntArray, core: IntArray) -> IntArray:
+        out = np.where(far, agg * g_count + core, agg)
+        out[(agg < 0) | (far & (core < 0))] = -1
+        return out[flows]
+
+    state = _State(shape, ok, (s[flows], t[flows]), options(*current), target)
+    prior = options(*previous)
+    placed = np.flatnonzero(prior >= 0)
+    if placed.size:  # a previous option over a lost link is no place to return to
+        rows = state.paths(placed, prior[placed])
+        prior[placed[~state.ok[rows].all(axis=1)]] = -1
+    state.prior = prior
+    _send_back(state, deadline)
+    best = state.option
+    agg = np.array(current[0], dtype=np.int64, copy=True)
+    core = np.array(current[1], dtype=np.int64, copy=True)
+    mine = far[flows]
+    agg[flows] = np.where(mine, best // g_count, best)
+    core[flows[mine]] = best[mine] % g_count
+    return agg, core
 
 
 def replan_choice(
