@@ -306,15 +306,21 @@ class _Planner:
                 weights = problem.weight[c.flows]
                 if self.intact_shape() is not None and np.all(weights == weights[:1]):
                     # tree3r: a fat-tree of equal weights: chains over its layered counts first
-                    # (solver.treemoves), then the generic repair, then the degraded colouring
-                    moved = self.tree_moves(c, prior)
+                    # (solver.treemoves); where they apply and fail on a large part, the generic
+                    # repair (the same chains on path rows, slower; on a small part the exact
+                    # fewest moves follow it) is skipped for the degraded colouring
+                    applies, moved = self.tree_moves(c, prior)
                     if moved is not None:
                         c.choice, c.method = self.fewer_moves(c, prior, moved), "tree-repair"
                         c.seconds = time.perf_counter() - start
                         return
                     deadline = min(deadline, time.perf_counter() + QUICK_REPAIR_SECONDS)
-                fixed = repair(problem, c.flows, prior, c.best, self.grid(c), deadline=deadline)
-                if fixed.reached:
+                    if applies and len(c.flows) > POLISH_FLOWS:
+                        deadline = 0.0
+                fixed = None
+                if deadline > 0.0:
+                    fixed = repair(problem, c.flows, prior, c.best, self.grid(c), deadline=deadline)
+                if fixed is not None and fixed.reached:
                     c.choice, c.method = self.fewer_moves(c, prior, fixed.choice), "repair"
                     c.seconds = time.perf_counter() - start
                     return
@@ -382,16 +388,16 @@ class _Planner:
             return found.choice
         return choice
 
-    def tree_moves(self, c: _Component, prior: IntArray) -> IntArray | None:
+    def tree_moves(self, c: _Component, prior: IntArray) -> tuple[bool, IntArray | None]:
         """tree3r: the previous plan repaired at the bound by chains over a fat-tree's layered
-        counts (:mod:`solver.treemoves`); ``None`` where the bound is no whole flow count or
-        no chain is found within :data:`QUICK_REPAIR_SECONDS`."""
+        counts (:mod:`solver.treemoves`): whether that applies (the bound a whole flow count),
+        and the choice, ``None`` where no chain is found within :data:`QUICK_REPAIR_SECONDS`."""
         shape = None if self.problem.two_tier else self.intact_shape()
         target = c.best / c.unit if c.unit > 0 else math.nan
         if shape is None or math.isnan(target) or abs(round(target) - target) > 1e-6:
-            return None
+            return False, None
         deadline = min(self.slice(), time.perf_counter() + QUICK_REPAIR_SECONDS)
-        return replan_choice(self.problem, c.flows, prior, shape, round(target), deadline)
+        return True, replan_choice(self.problem, c.flows, prior, shape, round(target), deadline)
 
     def heal(self, c: _Component, prior: IntArray | None) -> tuple[IntArray, str, bool] | None:
         """Colour the intact structure (every link taken as up), keep the flows whose colour
