@@ -81,6 +81,7 @@ from solver.moves import fewest_moves
 from solver.problem import SAME_LEAF, TOLERANCE, UNREACHABLE, Objective, Problem, build_problem
 from solver.repair import min_moves, repair
 from solver.result import Bounds, Part, Plan
+from solver.treemoves import REPAIR_SECONDS as TREE_REPAIR_SECONDS  # tree3r
 from solver.treemoves import replan_choice  # tree3r
 from topology.index import FloatArray, IntArray
 from topology.model import Fabric
@@ -391,12 +392,12 @@ class _Planner:
     def tree_moves(self, c: _Component, prior: IntArray) -> tuple[bool, IntArray | None]:
         """tree3r: the previous plan repaired at the bound by chains over a fat-tree's layered
         counts (:mod:`solver.treemoves`): whether that applies (the bound a whole flow count),
-        and the choice, ``None`` where no chain is found within :data:`QUICK_REPAIR_SECONDS`."""
+        and the choice, ``None`` where no chain is found within its ``REPAIR_SECONDS``."""
         shape = None if self.problem.two_tier else self.intact_shape()
         target = c.best / c.unit if c.unit > 0 else math.nan
         if shape is None or math.isnan(target) or abs(round(target) - target) > 1e-6:
             return False, None
-        deadline = min(self.slice(), time.perf_counter() + QUICK_REPAIR_SECONDS)
+        deadline = min(self.slice(), time.perf_counter() + TREE_REPAIR_SECONDS)
         return True, replan_choice(self.problem, c.flows, prior, shape, round(target), deadline)
 
     def heal(self, c: _Component, prior: IntArray | None) -> tuple[IntArray, str, bool] | None:

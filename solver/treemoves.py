@@ -58,7 +58,16 @@ from solver.incremental import match_middles
 from solver.problem import Problem
 from topology.index import BoolArray, IntArray
 
-__all__ = ["DEPTH", "NODES", "ORDERS", "TreeRepair", "replan_choice", "repair_tree", "send_back"]
+__all__ = [
+    "DEPTH",
+    "NODES",
+    "ORDERS",
+    "REPAIR_SECONDS",
+    "TreeRepair",
+    "replan_choice",
+    "repair_tree",
+    "send_back",
+]
 
 DEPTH = 10
 """Longest chain of moves one search builds."""
@@ -72,6 +81,12 @@ ORDERS = 24
 MORE_ORDERS_SECONDS = 0.02
 """Orders after the first are tried only while this much time has not passed since the start
 (a re-plan answers in well under 0.1 s; the first order is usually the best or close)."""
+
+REPAIR_SECONDS = 0.3
+"""Most a re-plan gives these chains. Where they work they take 5-60 ms (3-tier 4,096 GPUs);
+where they cannot place a flow they stop at :data:`NODES` in tens of ms; a tighter cap only
+made a loaded machine's re-plan fall to the slower degraded colouring (0.1 s: a 4,096-GPU
+light-uplink re-plan at load 3.5 took 0.59 s instead of ~0.2 s)."""
 
 PENDING = 1
 """Resources a chain may leave over at once. One is the classic chain. Two (an option full at
