@@ -14,9 +14,10 @@ core: 292 moved where 38-60 suffice).
 ``g`` of group ``j``. Its resources are the leaf links ``s -> agg j`` and ``agg j -> t`` (the
 option's ``j``) and, across pods, the agg-core links ``(p, j) -> (j, g)`` and ``(j, g) -> (q,
 j)``. So a move either keeps ``j`` and changes only ``g`` (an agg-core move: leaf links
-untouched) or changes ``j`` (leaf-link move). The state here is those counts only: one array of
-flows per resource (at most four per flow), the options of a flow read off the shape's tables
-by ``(j, g)``, never a path table.
+untouched) or changes ``j`` (leaf-link move). The state is those counts only
+(:class:`solver.treecounts.Counts`): the options of a flow read off the shape's tables by
+layer, never a path table; of one flow's options, those leaving the same one link over are one
+step of the search (with a full leaf link, every core of that agg is).
 
 **Chains.** A displaced flow takes an option full on at most one resource; one flow on that
 resource leaves for an option full on at most one other, and so on until one lands where
@@ -56,7 +57,8 @@ import numpy.typing as npt
 from solver.fattree import FatTreeShape, _leaves
 from solver.incremental import match_middles
 from solver.problem import Problem
-from topology.index import BoolArray, IntArray
+from solver.treecounts import BIG, Chain, Counts
+from topology.index import IntArray
 
 __all__ = [
     "DEPTH",
@@ -95,23 +97,6 @@ best-first order by price plus resources left over found the 4,096-GPU light upl
 (3 fewer) but in 2 s, and plain breadth-first ran out of nodes; so one, with the degraded
 colouring behind it for what that cannot place."""
 
-_BIG = 1 << 30
-
-Chain = list[tuple[int, int]]
-"""Moves ``(flow, option)`` in the order made."""
-
-
-@dataclass(frozen=True)
-class _Layers:
-    """A leaf pair's option resources: leaf links per agg index ``j`` (``[A]``), agg-core
-    links per ``(j, g)`` (``[A, G]``, ``None`` within a pod), lost options (flat)."""
-
-    up: IntArray
-    down: IntArray
-    core_up: IntArray | None
-    core_down: IntArray | None
-    dead: BoolArray
-
 
 @dataclass(frozen=True)
 class TreeRepair:
@@ -124,185 +109,8 @@ class TreeRepair:
     moved: int
 
 
-class _State:
-    """Counts per switch resource and the option of each flow, while repairing."""
-
-    def __init__(
-        self,
-        shape: FatTreeShape,
-        ok: BoolArray,
-        ends: tuple[IntArray, IntArray],
-        option: IntArray,
-        target: int,
-    ) -> None:
-        s, t = ends
-        self.shape = shape
-        self.pad = ok.size - 1  # a column no option fills (room without end)
-        self.room = np.where(ok, target, 0).astype(np.int64)
-        self.room[self.pad] = _BIG
-        self.ok = ok.copy()
-        self.ok[self.pad] = True
-        self.s, self.t = s, t
-        self.far = shape.pod[s] != shape.pod[t]
-        self.width = np.where(self.far, shape.aggs * shape.cores_per_group, shape.aggs)
-        self._layers: dict[tuple[int, int], _Layers] = {}
-        self.option = option
-        self.prior = option.copy()
-        self.load = np.zeros(ok.size, dtype=np.int64)
-        self.path = np.full((s.size, 4), self.pad, dtype=np.int64)
-        placed = np.flatnonzero(option >= 0)
-        if placed.size:
-            self.path[placed] = self.paths(placed, option[placed])
-            np.add.at(self.load, self.path[placed].ravel(), 1)
-        self.load[self.pad] = 0
-        flat = self.path.ravel()
-        order = np.argsort(flat, kind="stable")
-        self._sorted = (flat[order], order // 4)
-        self._users: dict[int, set[int]] = {}
-        self._changed: set[int] = set()
-
-    def paths(self, flows: IntArray, option: IntArray) -> IntArray:
-        """Resources of ``option`` for each of ``flows`` (pad-filled for intra-pod ones)."""
-        sh = self.shape
-        g_count = sh.cores_per_group
-        far = self.far[flows]
-        j = np.where(far, option // g_count, option)
-        g = np.where(far, option % g_count, 0)
-        s, t = self.s[flows], self.t[flows]
-        out = np.full((flows.size, 4), self.pad, dtype=np.int64)
-        out[:, 0] = sh.up[s, j]
-        out[:, 3] = sh.down[t, j]
-        out[far, 1] = sh.agg_up[sh.pod[s[far]], j[far], g[far]]
-        out[far, 2] = sh.agg_down[sh.pod[t[far]], j[far], g[far]]
-        return out
-
-    def layers(self, f: int) -> _Layers:
-        """The resources of every option of flow ``f`` by layer (shared by its leaf pair)."""
-        key = (int(self.s[f]), int(self.t[f]))
-        got = self._layers.get(key)
-        if got is None:
-            sh, ok = self.shape, self.ok
-            s, t = key
-            up, down = sh.up[s], sh.down[t]
-            dead = ~(ok[up] & ok[down])
-            if self.far[f]:
-                cu, cd = sh.agg_up[sh.pod[s]], sh.agg_down[sh.pod[t]]
-                dead = (dead[:, None] | ~(ok[cu] & ok[cd])).ravel()
-                got = _Layers(up, down, cu, cd, dead)
-            else:
-                got = _Layers(up, down, None, None, dead)
-            self._layers[key] = got
-        return got
-
-    def resources(self, f: int, k: int) -> list[int]:
-        """The resources of option ``k`` of flow ``f`` (pad-filled within a pod)."""
-        lay = self.layers(f)
-        if lay.core_up is None or lay.core_down is None:
-            return [int(lay.up[k]), self.pad, self.pad, int(lay.down[k])]
-        j, g = divmod(k, self.shape.cores_per_group)
-        return [int(lay.up[j]), int(lay.core_up[j, g]), int(lay.core_down[j, g]), int(lay.down[j])]
-
-    def on(self, r: int) -> set[int]:
-        """Flows whose current option uses resource ``r`` (a live set: do not change it)."""
-        users = self._users.get(r)
-        if users is None:
-            keys, owners = self._sorted
-            lo, hi = np.searchsorted(keys, [r, r + 1]).tolist()
-            maybe = set(owners[lo:hi].tolist()) | self._changed
-            near = np.fromiter(maybe, np.int64, count=len(maybe))
-            users = set(near[(self.path[near] == r).any(axis=1)].tolist())
-            self._users[r] = users
-        return users
-
-    def set(self, f: int, k: int) -> None:
-        """Flow ``f`` takes option ``k`` (``-1``: none)."""
-        old = self.path[f]
-        for r in old.tolist():
-            if r != self.pad:
-                self.load[r] -= 1
-                users = self._users.get(r)
-                if users is not None:
-                    users.discard(f)
-        new = self.resources(f, k) if k >= 0 else [self.pad] * 4
-        for r in new:
-            if r != self.pad:
-                self.load[r] += 1
-                users = self._users.get(r)
-                if users is not None:
-                    users.add(f)
-        self.path[f] = new
-        self.option[f] = k
-        self._changed.add(f)
-
-    def shift(self, chain: Chain, sign: int) -> None:
-        """The chain's moves on the loads only (a search prices many chains, makes one)."""
-        load = self.load
-        for f, k in chain:
-            for r in self.path[f].tolist():
-                load[r] -= sign
-            for r in self.resources(f, k):
-                load[r] += sign
-        load[self.pad] = 0
-
-    def make(self, chain: Chain) -> list[tuple[int, int]]:
-        undo = [(f, int(self.option[f])) for f, _ in chain]
-        for f, k in chain:
-            self.set(f, k)
-        return undo
-
-    def unmake(self, undo: list[tuple[int, int]]) -> None:
-        for f, k in reversed(undo):
-            self.set(f, k)
-
-    def price(self, f: int, k: int) -> int:
-        """New moves of ``f`` taking ``k``: one off its previous option, minus one back."""
-        before = int(self.prior[f])
-        if before < 0:
-            return 0
-        if k == before:
-            return -1
-        return 1 if self.option[f] == before else 0
-
-    def blocked(self, f: int) -> tuple[IntArray, IntArray, IntArray]:
-        """For each option of ``f``: how many of its links would be over their room were
-        ``f`` to take it (``_BIG`` for its current option and lost ones), and the full links
-        with the largest and the smallest id (``-1`` for none; both the full one for a
-        count of one, both full ones for a count of two). Layer by layer: the leaf
-        links per agg index ``j``, the agg-core links per ``(j, g)``; a flow changing only its
-        core adds nothing to its leaf links."""
-        lay = self.layers(f)
-        load, room = self.load, self.room
-        k = int(self.option[f])
-        far = lay.core_up is not None
-        add = np.ones(self.shape.aggs, dtype=np.int64)
-        if k >= 0:
-            add[k // self.shape.cores_per_group if far else k] = 0
-        up = load[lay.up] + add > room[lay.up]
-        down = load[lay.down] + add > room[lay.down]
-        count = up.astype(np.int64) + down
-        hi = np.where(down, lay.down, np.where(up, lay.up, -1))
-        lo = np.where(up, lay.up, hi)
-        if lay.core_up is not None and lay.core_down is not None:
-            cu = load[lay.core_up] >= room[lay.core_up]
-            cd = load[lay.core_down] >= room[lay.core_down]
-            count = (count[:, None] + cu + cd).ravel()
-            top = np.where(cd, lay.core_down, np.where(cu, lay.core_up, -1))
-            low = np.where(cu, lay.core_up, top)
-            hi = np.maximum(hi[:, None], top).ravel()
-            lo = np.where(
-                lo[:, None] < 0, low, np.where(low < 0, lo[:, None], np.minimum(lo[:, None], low))
-            ).ravel()
-        count[lay.dead] = _BIG
-        if k >= 0:
-            count[k] = _BIG
-        return count, hi, lo
-
-    def moves(self) -> int:
-        return int(np.count_nonzero((self.prior >= 0) & (self.option != self.prior)))
-
-
 def _relieve(
-    state: _State,
+    state: Counts,
     starts: list[tuple[tuple[int, ...], Chain]],
     frozen: set[int],
     budget: int,
@@ -372,7 +180,7 @@ def _relieve(
     return None
 
 
-def _place(state: _State, f: int, deadline: float) -> int | None:
+def _place(state: Counts, f: int, deadline: float) -> int | None:
     """Put unplaced flow ``f`` where the fewest new moves make room; their price, or ``None``."""
     count, hi, lo = state.blocked(f)
     free = np.flatnonzero(count == 0)
@@ -392,12 +200,12 @@ def _place(state: _State, f: int, deadline: float) -> int | None:
     return None if found is None else found[1]
 
 
-def _restore(state: _State, saved: IntArray) -> None:
+def _restore(state: Counts, saved: IntArray) -> None:
     for g in np.flatnonzero(state.option != saved).tolist():
         state.set(g, int(saved[g]))
 
 
-def _send_back(state: _State, deadline: float = float("inf")) -> None:
+def _send_back(state: Counts, deadline: float = float("inf")) -> None:
     """Moved flows return to their previous option where that costs no other new move: it
     has room again, or a chain of flows that moved already (price zero) makes room."""
     for _ in range(3):
@@ -425,7 +233,7 @@ def _send_back(state: _State, deadline: float = float("inf")) -> None:
             return
 
 
-def _run(state: _State, order: list[int], deadline: float, budget: int) -> int | None:
+def _run(state: Counts, order: list[int], deadline: float, budget: int) -> int | None:
     """Relieve over-full resources, place ``order``'s flows, send moved ones back: the
     moves, or ``None`` where something found no chain (or the moves reached ``budget``)."""
     for _ in range(state.option.size):
@@ -482,7 +290,7 @@ def repair_tree(
     option = np.where(far, prev_agg * g_count + prev_core, prev_agg)
     option[~on | (prev_agg < 0) | (far & (prev_core < 0))] = -1
     flows = np.flatnonzero(on)
-    state = _State(shape, ok, (s[flows], t[flows]), option[flows], target)
+    state = Counts(shape, ok, (s[flows], t[flows]), option[flows], target)
     # A previous option over a lost link is gone: that flow must move.
     lost = (state.option >= 0) & ~state.ok[state.path].all(axis=1)
     for f in np.flatnonzero(lost).tolist():
@@ -491,7 +299,7 @@ def repair_tree(
     todo = np.flatnonzero(start < 0).tolist()
     must = int(np.count_nonzero(lost))
     best: IntArray | None = None
-    fewest = _BIG
+    fewest = BIG
     for k, order in enumerate(_orders(todo, ORDERS)):
         if k and time.perf_counter() > min(deadline, started + MORE_ORDERS_SECONDS):
             break
@@ -540,7 +348,7 @@ def send_back(
         out[(agg < 0) | (far & (core < 0))] = -1
         return out[flows]
 
-    state = _State(shape, ok, (s[flows], t[flows]), options(*current), target)
+    state = Counts(shape, ok, (s[flows], t[flows]), options(*current), target)
     prior = options(*previous)
     placed = np.flatnonzero(prior >= 0)
     if placed.size:  # a previous option over a lost link is no place to return to
