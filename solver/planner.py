@@ -62,25 +62,22 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from solver import fattree
+from solver.assemble import assemble, ecmp_choice
 from solver.bounds import lp_bound, round_up
-from solver.coloring import assign_spines
+from solver.components import Component, meets, objective, split
 from solver.cpsat import solve_cpsat
-from solver.degraded import assign_degraded
-from solver.ecmp import ecmp_paths
 from solver.errors import SolverError
 from solver.flows import Flow, Workload
-from solver.greedy import exact_reason, exact_spines, place_exact, place_greedy, spine_rows
-from solver.incremental import Previous, match_middles, match_previous
-from solver.kempe import SpineGrid
+from solver.greedy import exact_reason, exact_spines, place_exact, place_greedy
+from solver.incremental import Previous, match_previous
 from solver.moves import fewest_moves
-from solver.problem import SAME_LEAF, TOLERANCE, UNREACHABLE, Objective, Problem, build_problem
+from solver.problem import SAME_LEAF, Problem, build_problem
 from solver.repair import min_moves, repair
-from solver.result import Bounds, Part, Plan
+from solver.result import Plan
+from solver.structured import Option, Structured
 from solver.treemoves import REPAIR_SECONDS as TREE_REPAIR_SECONDS  # tree3r
 from solver.treemoves import replan_choice  # tree3r
 from topology.index import FloatArray, IntArray
@@ -97,7 +94,7 @@ BUILD_SECONDS_PER_PATH = 2e-5
 """Rough cost of building a CP-SAT model, per candidate variable, measured on 2 cores."""
 
 REPAIR_SHARE = 0.1
-"""Part of the remaining budget one repair may take (see :meth:`_Planner.slice`)."""
+"""Part of the remaining budget one repair may take (see ``_Planner.slice``)."""
 
 QUICK_REPAIR_SECONDS = 0.1
 """On a fat-tree, the first repair of a re-plan (keep what may stay, re-place the rest) stops
@@ -106,6 +103,7 @@ after this: when it works it takes milliseconds (a 16k-GPU fat-tree losing its b
 instead."""
 
 LP_SHARE = 0.25
+"""Part of a sub-problem's time the LP bound may take before CP-SAT."""
 
 POLISH_SECONDS = 0.25
 """Most a re-plan spends in all looking for fewer moves than its repairs made
@@ -116,7 +114,6 @@ POLISH_OPTIONS = 4000
 
 POLISH_FLOWS = 1000
 """Largest component a re-plan searches for fewer moves (larger ones: ``c4p bench``)."""
-"""Part of a sub-problem's time the LP bound may take before CP-SAT."""
 
 
 def flow_weights(
@@ -138,62 +135,6 @@ def flow_weights(
     return flow_list, weight
 
 
-@dataclass
-class _Component:
-    """One sub-problem while it is being solved."""
-
-    pairs: IntArray
-    flows: IntArray
-    resources: IntArray
-    unit: float
-    combinatorial: float
-    choice: IntArray
-    method: str = ""
-    proven: bool = False
-    lp: float | None = None
-    solver_bound: float | None = None
-    seconds: float = 0.0
-    notes: tuple[str, ...] = ()
-    min_moves: int | None = None
-    moves_bound: int = 0
-    """A lower bound on the moves at ``best`` from :mod:`solver.moves`, where it ran."""
-
-    @property
-    def best(self) -> float:
-        return max(self.combinatorial, self.lp or 0.0, self.solver_bound or 0.0)
-
-
-def _components(problem: Problem) -> list[_Component]:
-    """Every component with its flows, resources and combinatorial bound, none solved yet."""
-    bounds, units = problem.component_bounds
-    return [
-        _Component(
-            pairs,
-            flows,
-            resources,
-            float(unit),
-            round_up(float(bound), float(unit)),
-            np.full(len(flows), -1, dtype=np.int64),
-        )
-        for pairs, flows, resources, bound, unit in zip(
-            problem.components(),
-            problem.component_flows(),
-            problem.component_resources(),
-            bounds.tolist(),
-            units.tolist(),
-            strict=True,
-        )
-    ]
-
-
-def _objective(problem: Problem, c: _Component, choice: IntArray) -> Objective:
-    return problem.measure(problem.loads(c.flows, choice), resources=c.resources)
-
-
-def _meets(value: float, bound: float) -> bool:
-    return value <= bound * (1 + TOLERANCE) + TOLERANCE
-
-
 class _Planner:
     """State of one :func:`plan` call: the problem, the previous plan, the clock."""
 
@@ -205,9 +146,7 @@ class _Planner:
         self.strategy = strategy
         self.seed = seed
         self.deadline = deadline
-        self._shape: fattree.FatTreeShape | str | None = None
-        self._intact_shape: fattree.FatTreeShape | str | None = None
-        self._grids: dict[int, SpineGrid] = {}
+        self.structured = Structured(problem, self.slice)
         self._polish_left = POLISH_SECONDS
 
     def slice(self) -> float:
@@ -217,23 +156,23 @@ class _Planner:
         now = time.perf_counter()
         return now + max(self.deadline - now, 0.0) * REPAIR_SHARE
 
-    def key(self, c: _Component, choice: IntArray) -> tuple[float, ...]:
+    def key(self, c: Component, choice: IntArray) -> tuple[float, ...]:
         """What "better" means for a component: the objective, lexicographically."""
-        util, at_max = _objective(self.problem, c, choice).key()
+        util, at_max = objective(self.problem, c, choice).key()
         if self.previous is None:
             return (util, at_max)
         moved = self.previous.had[c.flows] & (self.previous.choice[c.flows] != choice)
         return (util, float(np.count_nonzero(moved)), at_max)
 
-    def prior(self, c: _Component) -> IntArray | None:
+    def prior(self, c: Component) -> IntArray | None:
         return None if self.previous is None else self.previous.choice[c.flows]
 
-    def at_bound(self, c: _Component, choice: IntArray | None = None) -> bool:
+    def at_bound(self, c: Component, choice: IntArray | None = None) -> bool:
         chosen = c.choice if choice is None else choice
-        return _meets(_objective(self.problem, c, chosen).max_utilization, c.best)
+        return meets(objective(self.problem, c, chosen).max_utilization, c.best)
 
-    def run(self) -> list[_Component]:
-        components = _components(self.problem)
+    def run(self) -> list[Component]:
+        components = split(self.problem)
         todo = components
         if self.previous is not None and self.strategy in ("auto", "greedy"):
             todo = self.keep_untouched(components)
@@ -256,7 +195,7 @@ class _Planner:
             self.improve(c, share)
         return components
 
-    def keep_untouched(self, components: list[_Component]) -> list[_Component]:
+    def keep_untouched(self, components: list[Component]) -> list[Component]:
         """Components whose every flow may stay, and does so at the bound, are done as they
         are (checked all at once: the common case of a re-plan); the rest are returned."""
         assert self.previous is not None
@@ -267,7 +206,7 @@ class _Planner:
         peaks = problem.peaks(problem.loads(kept, prior[kept]))
         rest = []
         for k, c in enumerate(components):
-            if np.all(prior[c.flows] >= 0) and _meets(float(peaks[k]), c.best):
+            if np.all(prior[c.flows] >= 0) and meets(float(peaks[k]), c.best):
                 c.choice, c.method = prior[c.flows], "kept"
             else:
                 rest.append(c)
@@ -275,12 +214,12 @@ class _Planner:
 
     # -- construction ---------------------------------------------------------------------
 
-    def exact_together(self, components: list[_Component]) -> None:
+    def exact_together(self, components: list[Component]) -> None:
         """Exact colouring of every component it solves, one call per spine set: components
         share no leaf-multigraph vertex, so colouring their union colours each optimally (512
         rails of a 16k-GPU fabric in one call rather than 512)."""
         problem = self.problem
-        groups: dict[tuple[int, ...], list[_Component]] = {}
+        groups: dict[tuple[int, ...], list[Component]] = {}
         for c in components:
             spines = exact_spines(problem, c.pairs, c.flows)
             if not isinstance(spines, str) and len(c.flows):
@@ -294,18 +233,18 @@ class _Planner:
             for c, mine in zip(members, parts, strict=True):
                 c.choice, c.method, c.proven, c.seconds = mine, "exact", True, seconds
 
-    def construct(self, c: _Component) -> None:
+    def construct(self, c: Component) -> None:
         """The constructive step for one component (see the module docstring)."""
         start = time.perf_counter()
         problem = self.problem
         prior = self.prior(c)
-        options: list[tuple[IntArray, str, bool]] = []
+        options: list[Option] = []
         if prior is not None and self.strategy != "exact":
             # Keep what may stay, evict what must go, re-place: at the bound, done.
             if self.strategy == "auto":
                 deadline = self.slice()
                 weights = problem.weight[c.flows]
-                if self.intact_shape() is not None and np.all(weights == weights[:1]):
+                if self.structured.intact_shape() is not None and np.all(weights == weights[:1]):
                     # tree3r: a fat-tree of equal weights: chains over its layered counts first
                     # (solver.treemoves); where they apply and fail on a large part, the generic
                     # repair (the same chains on path rows, slower; on a small part the exact
@@ -320,7 +259,8 @@ class _Planner:
                         deadline = 0.0
                 fixed = None
                 if deadline > 0.0:
-                    fixed = repair(problem, c.flows, prior, c.best, self.grid(c), deadline=deadline)
+                    grid = self.structured.grid(c)
+                    fixed = repair(problem, c.flows, prior, c.best, grid, deadline=deadline)
                 if fixed is not None and fixed.reached:
                     c.choice, c.method = self.fewer_moves(c, prior, fixed.choice), "repair"
                     c.seconds = time.perf_counter() - start
@@ -343,12 +283,12 @@ class _Planner:
                     f"sharing links with them): {reason}"
                 )
         if self.strategy == "auto" and not any(method == "exact" for _, method, _ in options):
-            tree = self.fat_tree(c, prior)
+            tree = self.structured.fat_tree(c, prior)
             if tree is not None:
                 options.append(tree)
         proven = any(optimal for _, _, optimal in options)
         if self.strategy == "auto" and not proven:
-            healed = self.heal(c, prior)
+            healed = self.structured.heal(c, prior)
             if healed is not None:
                 options.append(healed)
                 proven = self.at_bound(c, healed[0])
@@ -358,15 +298,28 @@ class _Planner:
         best = min(range(len(options)), key=lambda i: keys[i])
         c.choice, c.method, c.proven = options[best]
         z = float(keys[best][0])
-        if prior is not None and self.strategy == "auto" and not _meets(z, c.best):
+        if prior is not None and self.strategy == "auto" and not meets(z, c.best):
             # The same max utilization with fewer moves: repair the previous plan to it (at
             # the bound the first repair already tried and failed).
-            fixed = repair(problem, c.flows, prior, z, self.grid(c), deadline=self.slice())
+            fixed = repair(
+                problem, c.flows, prior, z, self.structured.grid(c), deadline=self.slice()
+            )
             if fixed.reached and self.key(c, fixed.choice) < keys[best]:
                 c.choice, c.method = fixed.choice, "repair"
         c.seconds = time.perf_counter() - start
 
-    def fewer_moves(self, c: _Component, prior: IntArray, choice: IntArray) -> IntArray:
+    def tree_moves(self, c: Component, prior: IntArray) -> tuple[bool, IntArray | None]:
+        """tree3r: the previous plan repaired at the bound by chains over a fat-tree's layered
+        counts (:mod:`solver.treemoves`): whether that applies (the bound a whole flow count),
+        and the choice, ``None`` where no chain is found within its ``REPAIR_SECONDS``."""
+        shape = None if self.problem.two_tier else self.structured.intact_shape()
+        target = c.best / c.unit if c.unit > 0 else math.nan
+        if shape is None or math.isnan(target) or abs(round(target) - target) > 1e-6:
+            return False, None
+        deadline = min(self.slice(), time.perf_counter() + TREE_REPAIR_SECONDS)
+        return True, replan_choice(self.problem, c.flows, prior, shape, round(target), deadline)
+
+    def fewer_moves(self, c: Component, prior: IntArray, choice: IntArray) -> IntArray:
         """A repair at the bound that moves more than the counting bound allows, on a
         component small enough for it: the exact fewest moves of :mod:`solver.moves` (its
         bound is kept for the report either way)."""
@@ -389,127 +342,6 @@ class _Planner:
             return found.choice
         return choice
 
-    def tree_moves(self, c: _Component, prior: IntArray) -> tuple[bool, IntArray | None]:
-        """tree3r: the previous plan repaired at the bound by chains over a fat-tree's layered
-        counts (:mod:`solver.treemoves`): whether that applies (the bound a whole flow count),
-        and the choice, ``None`` where no chain is found within its ``REPAIR_SECONDS``."""
-        shape = None if self.problem.two_tier else self.intact_shape()
-        target = c.best / c.unit if c.unit > 0 else math.nan
-        if shape is None or math.isnan(target) or abs(round(target) - target) > 1e-6:
-            return False, None
-        deadline = min(self.slice(), time.perf_counter() + TREE_REPAIR_SECONDS)
-        return True, replan_choice(self.problem, c.flows, prior, shape, round(target), deadline)
-
-    def heal(self, c: _Component, prior: IntArray | None) -> tuple[IntArray, str, bool] | None:
-        """Colour the intact structure (every link taken as up), keep the flows whose colour
-        is still a candidate, and repair the rest to the bound (:mod:`solver.repair`); with
-        ``prior``, the previous plan's valid paths are the start instead."""
-        problem = self.problem
-        weights = problem.weight[c.flows]
-        if not len(c.flows) or np.any(weights != weights[0]):
-            return None
-        coloured = self.degraded(c, prior)
-        if coloured is not None:
-            return coloured
-        start = self.intact(c)
-        if start is None:
-            return None
-        if prior is not None:  # flows whose old path is still fine keep it
-            start = np.where(prior >= 0, prior, start)
-        fixed = repair(problem, c.flows, start, c.best, self.grid(c), deadline=self.slice())
-        if not fixed.reached:
-            return None
-        return fixed.choice, "repair", True
-
-    def degraded(self, c: _Component, prior: IntArray | None) -> tuple[IntArray, str, bool] | None:
-        """A degraded fat-tree coloured at the bound with the lost links' colours removed
-        (:mod:`solver.degraded`), keeping previous paths where it can; ``None`` where it does
-        not apply or finds no room."""
-        problem = self.problem
-        shape = None if problem.two_tier else self.intact_shape()
-        if shape is None or math.isnan(c.unit) or c.unit <= 0:
-            return None
-        target = c.best / c.unit
-        if round(target) < 1 or abs(round(target) - target) > 1e-6:
-            return None
-        leaves = problem.pair_leaves[problem.pair[c.flows]]
-        previous = None
-        if prior is not None:  # a candidate's agg index and core, read off its first hops
-            rows = problem.row_paths(problem.offset[problem.pair[c.flows]] + np.maximum(prior, 0))
-            far = shape.pod[leaves[:, 0]] != shape.pod[leaves[:, 1]]
-            agg = np.where(prior >= 0, shape.choice[rows[:, 0]], -1)
-            core = np.where(
-                (prior >= 0) & far, shape.choice[rows[:, min(1, rows.shape[1] - 1)]], -1
-            )
-            previous = (agg, core)
-        result = assign_degraded(shape, problem.index.res_usable,
-                                 leaves[:, 0], leaves[:, 1], round(target), previous)  # fmt: skip
-        if result is None:
-            return None
-        middles = np.full((len(c.flows), problem.width), problem.pad, dtype=np.int64)
-        for i, path in enumerate(result.paths):
-            middles[i, : len(path)] = path
-        choice = match_middles(problem, c.flows, middles)
-        if np.any(choice < 0):
-            return None
-        return choice, "degraded", True
-
-    def previous_paths(self, c: _Component, prior: IntArray | None) -> list[tuple[int, ...]] | None:
-        """Each flow's previous switch path (``()`` for none) as the colourings take it."""
-        if prior is None:
-            return None
-        problem = self.problem
-        rows = problem.offset[problem.pair[c.flows]] + np.maximum(prior, 0)
-        return [
-            tuple(r[: problem.hops[p]]) if k >= 0 else ()
-            for r, p, k in zip(
-                problem.row_paths(rows).tolist(),
-                problem.pair[c.flows].tolist(),
-                prior.tolist(),
-                strict=True,
-            )
-        ]
-
-    def intact_shape(self) -> fattree.FatTreeShape | None:
-        """The fat-tree shape of the cabling (every link taken as up), if it has one."""
-        if self._intact_shape is None:
-            problem = self.problem
-            self._intact_shape = (
-                problem.tree.layout.shape
-                if problem.tree is not None
-                else fattree.analyse(problem.fabric, ignore_status=True)
-            )
-        return None if isinstance(self._intact_shape, str) else self._intact_shape
-
-    def grid(self, c: _Component) -> SpineGrid | None:
-        """The spine grid of a 2-tier component of equal weights (two-spine exchanges)."""
-        problem = self.problem
-        weights = problem.weight[c.flows]
-        if not problem.two_tier or not len(c.flows) or np.any(weights != weights[0]):
-            return None
-        key = id(c)
-        if key not in self._grids:
-            self._grids[key] = SpineGrid.build(problem, c.pairs)
-        return self._grids[key]
-
-    def intact(self, c: _Component) -> IntArray | None:
-        """Each flow's candidate under the exact colouring of the intact fabric (every link
-        up), ``-1`` where that path is down or drained; ``None`` where no colouring applies."""
-        problem = self.problem
-        leaves = problem.pair_leaves[problem.pair[c.flows]]
-        if problem.two_tier:
-            spines, rows = spine_rows(problem, c.pairs)
-            spine = assign_spines(leaves[:, 0], leaves[:, 1], len(spines))
-            return rows[np.searchsorted(c.pairs, problem.pair[c.flows]), spine]
-        shape = self.intact_shape()
-        if shape is None:
-            return None
-        result = fattree.assign_fat_tree(shape, leaves[:, 0], leaves[:, 1])
-        middles = np.full((len(c.flows), problem.width), problem.pad, dtype=np.int64)
-        for i, path in enumerate(result.paths):
-            middles[i, : len(path)] = path
-        return match_middles(problem, c.flows, middles)
-
     def greedy(self, flows: IntArray, prior: IntArray | None) -> IntArray:
         """Greedy for ``flows``; with ``prior``, flows that may stay do and the rest follow."""
         problem = self.problem
@@ -523,34 +355,9 @@ class _Planner:
         choice[free] = place_greedy(problem, flows[free], load)
         return choice
 
-    def fat_tree(self, c: _Component, prior: IntArray | None) -> tuple[IntArray, str, bool] | None:
-        """The :mod:`solver.fattree` assignment where it applies (equal weights, intact tree)."""
-        problem = self.problem
-        weights = problem.weight[c.flows]
-        if problem.two_tier or not len(c.flows) or np.any(weights != weights[0]):
-            return None
-        if self._shape is None:  # a lazy table's layout has the shape: no pass over links
-            self._shape = (
-                problem.tree.layout.intact_status(problem.fabric)
-                if problem.tree is not None
-                else fattree.analyse(problem.fabric)
-            )
-        if isinstance(self._shape, str):
-            return None
-        leaves = problem.pair_leaves[problem.pair[c.flows]]
-        previous = self.previous_paths(c, prior)
-        result = fattree.assign_fat_tree(self._shape, leaves[:, 0], leaves[:, 1], previous)
-        middles = np.full((len(c.flows), problem.width), problem.pad, dtype=np.int64)
-        for i, path in enumerate(result.paths):
-            middles[i, : len(path)] = path
-        choice = match_middles(problem, c.flows, middles)
-        if np.any(choice < 0):  # the two would disagree on the candidates: do not use it
-            return None
-        return choice, "fattree", result.optimal
-
     # -- search ---------------------------------------------------------------------------
 
-    def improve(self, c: _Component, share: float) -> None:
+    def improve(self, c: Component, share: float) -> None:
         """LP bound, then CP-SAT, within ``share`` seconds; keeps the best assignment."""
         start = time.perf_counter()
         problem = self.problem
@@ -629,8 +436,8 @@ def plan(
     if previous is not None:
         prior = match_previous(problem, previous.flows, previous.paths, previous.snapshot)
     if strategy == "ecmp":
-        paths, choice = _ecmp(problem, seed)
-        components = _components(problem)
+        paths, choice = ecmp_choice(problem, seed)
+        components = split(problem)
         for c in components:
             c.choice, c.method = choice[c.flows], "ecmp"
     else:
@@ -642,90 +449,4 @@ def plan(
         if prior is not None and previous is not None and prior.aligned:
             kept = (previous.paths, prior.had & (prior.choice == choice) & (choice >= 0))
         paths = problem.paths(choice, kept)
-    return _assemble(problem, choice, components, prior, paths, strategy, seed, budget, started)
-
-
-def _ecmp(problem: Problem, seed: int) -> tuple[tuple[tuple[int, ...], ...], IntArray]:
-    """ECMP's paths and the candidate each is (``-1`` if, impossibly, none)."""
-    paths = ecmp_paths(problem.fabric, problem.flows, seed).paths
-    choice = np.where(problem.pair == SAME_LEAF, 0, -1).astype(np.int64)
-    cross = problem.cross
-    middles = np.full((len(cross), max(problem.width, 1)), problem.pad, dtype=np.int64)
-    for i, f in enumerate(cross.tolist()):
-        middle = paths[f][1:-1]
-        middles[i, : len(middle)] = middle
-    choice[cross] = match_middles(problem, cross, middles)
-    return paths, choice
-
-
-def _assemble(
-    problem: Problem,
-    choice: IntArray,
-    components: list[_Component],
-    prior: Previous | None,
-    paths: Sequence[tuple[int, ...]],
-    strategy: str,
-    seed: int,
-    budget: float,
-    started: float,
-) -> Plan:
-    reachable = problem.pair != UNREACHABLE
-    moved_mask = np.zeros(problem.num_flows, dtype=bool)
-    if prior is not None:
-        moved_mask = prior.had & reachable & (prior.choice != choice)
-    placed = problem.cross[choice[problem.cross] >= 0]
-    if strategy == "ecmp" and len(placed) < len(problem.cross):
-        load = problem.path_loads(paths)  # an ECMP path that is no candidate (impossible)
-    else:
-        load = problem.loads(placed, choice[placed])
-    objective = problem.measure(load, int(moved_mask.sum()))
-    parts = []
-    least_moves = 0
-    for c in components:
-        local = _objective(problem, c, c.choice)
-        optimal = c.proven or _meets(local.max_utilization, c.best)
-        if prior is not None:
-            mine = np.where(prior.had[c.flows], prior.choice[c.flows], -2)
-            c.min_moves = min_moves(problem, c.flows, mine, local.max_utilization)
-            if _meets(local.max_utilization, c.best):  # the polish bound is at ``best``
-                c.min_moves = max(c.min_moves, c.moves_bound)
-            least_moves += c.min_moves
-        parts.append(
-            Part(
-                flows=len(c.flows),
-                pairs=len(c.pairs),
-                method=c.method,
-                status="optimal" if optimal else "feasible",
-                seconds=c.seconds,
-                max_utilization=local.max_utilization,
-                bound=c.best,
-                notes=c.notes,
-                min_moves=c.min_moves,
-            )
-        )
-    lps = [c.lp for c in components if c.lp is not None]
-    solved = [c.solver_bound for c in components if c.solver_bound is not None]
-    bounds = Bounds(
-        combinatorial=max((c.combinatorial for c in components), default=0.0),
-        lp=max(lps) if lps else None,
-        solver=max(solved) if solved else None,
-        best=max((c.best for c in components), default=0.0),
-    )
-    ids = problem.ids
-    return Plan(
-        flows=problem.flows,
-        paths=tuple(paths),
-        objective=objective,
-        bounds=bounds,
-        moved=tuple(ids[i] for i in np.flatnonzero(moved_mask).tolist()),
-        min_moves=None if prior is None else least_moves,
-        weights=problem.weight,
-        unreachable=tuple(ids[i] for i in np.flatnonzero(~reachable).tolist()),
-        parts=tuple(parts),
-        strategy=strategy,
-        seed=seed,
-        budget=budget,
-        seconds=time.perf_counter() - started,
-        snapshot=problem.fabric,
-        candidates=problem.candidate_table,
-    )
+    return assemble(problem, choice, components, prior, paths, strategy, seed, budget, started)
