@@ -40,7 +40,8 @@ bound proves the part optimal; otherwise the search below runs as before.
 A sub-problem whose flows may all stay and that is still at its bound is kept as it is
 (``kept``: the common case, checked for all at once). Otherwise ``auto`` repairs the previous
 plan to the bound: flows that may stay do, flows on over-full links are evicted, the rest are
-re-placed (``repair``). If that misses the bound, the part is planned as a full plan and then
+re-placed (``repair``; on a fat-tree of equal weights first by chains over its layered link
+counts, :mod:`solver.treemoves`, which never reads a path row: ``tree-repair``). If that misses the bound, the part is planned as a full plan and then
 repaired from the previous plan at the utilization that reached, keeping the best by (max
 utilization, moves, links at max). The plan reports a lower bound on the moves
 (:func:`solver.repair.min_moves`); where the repair moves more than that and the part is
@@ -78,8 +79,6 @@ from solver.problem import SAME_LEAF, Problem, build_problem
 from solver.repair import min_moves, repair
 from solver.result import Plan
 from solver.structured import Option, Structured
-from solver.treemoves import REPAIR_SECONDS as TREE_REPAIR_SECONDS  # tree3r
-from solver.treemoves import replan_choice  # tree3r
 from topology.index import FloatArray, IntArray
 from topology.model import Fabric
 
@@ -245,11 +244,11 @@ class _Planner:
                 deadline = self.slice()
                 weights = problem.weight[c.flows]
                 if self.structured.intact_shape() is not None and np.all(weights == weights[:1]):
-                    # tree3r: a fat-tree of equal weights: chains over its layered counts first
+                    # a fat-tree of equal weights: chains over its layered counts first
                     # (solver.treemoves); where they apply and fail on a large part, the generic
                     # repair (the same chains on path rows, slower; on a small part the exact
                     # fewest moves follow it) is skipped for the degraded colouring
-                    applies, moved = self.tree_moves(c, prior)
+                    applies, moved = self.structured.tree_repair(c, prior)
                     if moved is not None:
                         c.choice, c.method = self.fewer_moves(c, prior, moved), "tree-repair"
                         c.seconds = time.perf_counter() - start
@@ -307,17 +306,6 @@ class _Planner:
             if fixed.reached and self.key(c, fixed.choice) < keys[best]:
                 c.choice, c.method = fixed.choice, "repair"
         c.seconds = time.perf_counter() - start
-
-    def tree_moves(self, c: Component, prior: IntArray) -> tuple[bool, IntArray | None]:
-        """tree3r: the previous plan repaired at the bound by chains over a fat-tree's layered
-        counts (:mod:`solver.treemoves`): whether that applies (the bound a whole flow count),
-        and the choice, ``None`` where no chain is found within its ``REPAIR_SECONDS``."""
-        shape = None if self.problem.two_tier else self.structured.intact_shape()
-        target = c.best / c.unit if c.unit > 0 else math.nan
-        if shape is None or math.isnan(target) or abs(round(target) - target) > 1e-6:
-            return False, None
-        deadline = min(self.slice(), time.perf_counter() + TREE_REPAIR_SECONDS)
-        return True, replan_choice(self.problem, c.flows, prior, shape, round(target), deadline)
 
     def fewer_moves(self, c: Component, prior: IntArray, choice: IntArray) -> IntArray:
         """A repair at the bound that moves more than the counting bound allows, on a

@@ -14,6 +14,7 @@ miss always leaves the planner's other methods to run.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -27,6 +28,8 @@ from solver.incremental import match_middles
 from solver.kempe import SpineGrid
 from solver.problem import Problem
 from solver.repair import repair
+from solver.treemoves import REPAIR_SECONDS as TREE_REPAIR_SECONDS
+from solver.treemoves import replan_choice
 from topology.index import IntArray
 
 __all__ = ["Option", "Structured"]
@@ -115,6 +118,17 @@ class Structured:
         if np.any(choice < 0):  # the two would disagree on the candidates: do not use it
             return None
         return choice, "fattree", result.optimal
+
+    def tree_repair(self, c: Component, prior: IntArray) -> tuple[bool, IntArray | None]:
+        """The previous plan repaired at the bound by chains over a fat-tree's layered counts
+        (:mod:`solver.treemoves`): whether that applies (the bound a whole flow count), and
+        the choice, ``None`` where no chain is found within its ``REPAIR_SECONDS``."""
+        shape = None if self.problem.two_tier else self.intact_shape()
+        target = c.best / c.unit if c.unit > 0 else math.nan
+        if shape is None or math.isnan(target) or abs(round(target) - target) > 1e-6:
+            return False, None
+        deadline = min(self.slice(), time.perf_counter() + TREE_REPAIR_SECONDS)
+        return True, replan_choice(self.problem, c.flows, prior, shape, round(target), deadline)
 
     def heal(self, c: Component, prior: IntArray | None) -> Option | None:
         """Colour the intact structure (every link taken as up), keep the flows whose colour
