@@ -127,6 +127,24 @@ class FabricIndex:
                 plane[p.node] = plane[dst[first[0]]]
         self.plane: IntArray = plane
 
+    _STATUS_VIEWS = ("routing",)
+    """Cached views that depend on which links are usable (the rest are cabling only)."""
+
+    def with_status(self, fabric: Fabric) -> FabricIndex:
+        """This index for ``fabric``, a snapshot of the same cabling with other link statuses
+        (:meth:`Fabric.with_link_status`): the numbering, names and member orders shared, the
+        usable links read from ``fabric``, status-dependent views (routing) left to be built."""
+        if len(fabric.links) != len(self.fabric.links):
+            raise ValueError("with_status needs a snapshot of the same cabling")
+        index = object.__new__(FabricIndex)
+        index.__dict__.update(
+            (k, v) for k, v in self.__dict__.items() if k not in self._STATUS_VIEWS
+        )
+        index.fabric = fabric
+        up = [link.status is LinkStatus.UP for link in fabric.links]
+        index.res_usable = np.repeat(np.array(up, dtype=np.bool_), 2)
+        return index
+
     @cached_property
     def node_of_address(self) -> dict[ipaddress.IPv4Address, int]:
         """NIC-port node by its address (built on first use: planning never asks)."""
