@@ -250,13 +250,9 @@ def forward_many(
             descending[mine] |= goes_down[chosen]
         moving &= node != leaf
 
-    result: list[tuple[int, ...]] = []
-    for i in range(count):
-        if ok[i]:
-            result.append((*path[i, : length[i]].tolist(), int(down[i])))
-        else:
-            result.append(())
-    return result
+    # Whole columns to lists once (a numpy slice and element per flow cost 30 ms at 16k).
+    rows = zip(path.tolist(), length.tolist(), down.tolist(), ok.tolist(), strict=True)
+    return [(*hops[:n], last) if good else () for hops, n, last, good in rows]
 
 
 def forward_tuples(fabric: Fabric, tuples: Sequence[FiveTuple]) -> list[tuple[int, ...]]:
