@@ -260,7 +260,7 @@ def exact_spines(problem: Problem, pairs: IntArray, flows: IntArray) -> IntArray
     if np.any(counts != len(spines)):
         return "some leaf pairs cannot use every spine (failed, drained or missing links)"
     first = problem.offset[pairs]
-    rows = problem.table[np.concatenate([np.arange(s, s + len(spines)) for s in first])]
+    rows = problem.table[(first[:, None] + np.arange(len(spines))[None, :]).ravel()]
     scale = problem.scale[rows[:, :2]]
     if np.any(scale != scale.flat[0]):
         return "leaf-spine links have unequal capacities"
