@@ -57,5 +57,7 @@ def test_snapshot_index_equals_a_fresh_one(fabric: Fabric, built: bool) -> None:
 def test_bad_status_changes_are_refused() -> None:
     with pytest.raises(IndexError):
         SMALL_TWO_TIER.with_link_status({len(SMALL_TWO_TIER.links): LinkStatus.DOWN})
-    with pytest.raises(TypeError):
-        SMALL_TWO_TIER.with_link_status({0: "down"})  # type: ignore[dict-item]
+    with pytest.raises(ValueError):
+        SMALL_TWO_TIER.with_link_status({0: "sideways"})  # type: ignore[dict-item]
+    plain = SMALL_TWO_TIER.with_link_status({0: "down"})  # type: ignore[dict-item]
+    assert plain.links[0].status is LinkStatus.DOWN

@@ -304,13 +304,13 @@ class Fabric(Frozen):
         index's structure with the new usable links (:meth:`FabricIndex.with_status`), and
         views that depend on status (routing) start afresh.
         """
+        statuses: dict[int, LinkStatus] = {}
         for i, status in changes.items():
             if not 0 <= i < len(self.links):
                 raise IndexError(f"link number {i} out of range 0..{len(self.links) - 1}")
-            if not isinstance(status, LinkStatus):
-                raise TypeError(f"link number {i}: status {status!r} is not a LinkStatus")
+            statuses[i] = LinkStatus(status)  # "down" as LinkStatus.DOWN, as validation did
         links = tuple(
-            link.model_copy(update={"status": changes[i]}) if i in changes else link
+            link.model_copy(update={"status": statuses[i]}) if i in statuses else link
             for i, link in enumerate(self.links)
         )
         snapshot = type(self).model_construct(
