@@ -167,3 +167,19 @@ def test_is_sound_never_hides_a_problem(which: int, k: int, j: int) -> None:
             assert not problems, problems
         refused += bool(problems)
     assert refused >= 10  # the mutations do break things
+
+
+def test_addresses_of_two_kinds_with_one_integer_value_are_distinct() -> None:
+    """``is_sound`` compares addresses by kind and integer value, as ``ipaddress`` does: an
+    IPv6 address whose value equals a port's IPv4 address is no duplicate (both checks agree),
+    the same IPv4 address twice is."""
+    fabric = FABRICS[0]
+    taken = fabric.hosts[0].nics[0].ports[0].address
+    sw = list(fabric.switches)
+    for address, sound in ((ipaddress.IPv6Address(int(taken)), True), (taken, False)):
+        owned = (SwitchAddress(address=address),)
+        changed = unchecked(
+            fabric, switches=(sw[0].model_copy(update={"addresses": owned}), *sw[1:])
+        )
+        assert is_sound(changed) is sound
+        assert (not list(find_problems(changed))) is sound

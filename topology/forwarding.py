@@ -228,11 +228,18 @@ def forward_many(
         flows, at = flows[order], at[order]
         switches, starts = np.unique(at, return_index=True)
         bounds = [*starts.tolist(), len(flows)]
+        # Every flow's (switch, destination row, phase) numbered in one pass; a switch's keys
+        # are a sorted run of them, as np.unique per switch would give (2,500 calls at 16k).
+        width = 2 * len(leaves)
+        every, number = np.unique(
+            at * width + leaf_row[flows] * 2 + descending[flows], return_inverse=True
+        )
+        number = number.reshape(-1)
+        key_bounds = np.searchsorted(every, switches * width).tolist() + [len(every)]
         for k, switch in enumerate(switches.tolist()):
             mine = flows[bounds[k] : bounds[k + 1]]
-            key = leaf_row[mine] * 2 + descending[mine]
-            keys, inverse = np.unique(key, return_inverse=True)
-            inverse = inverse.reshape(-1)
+            keys = every[key_bounds[k] : key_bounds[k + 1]] - switch * width
+            inverse = number[bounds[k] : bounds[k + 1]] - key_bounds[k]
             members, sizes = routing.groups_at(switch, down_rows, up_rows, keys // 2, keys % 2 == 1)
             size = sizes[inverse]
             stuck = size == 0
@@ -250,13 +257,9 @@ def forward_many(
             descending[mine] |= goes_down[chosen]
         moving &= node != leaf
 
-    result: list[tuple[int, ...]] = []
-    for i in range(count):
-        if ok[i]:
-            result.append((*path[i, : length[i]].tolist(), int(down[i])))
-        else:
-            result.append(())
-    return result
+    # Whole columns to lists once (a numpy slice and element per flow cost 30 ms at 16k).
+    rows = zip(path.tolist(), length.tolist(), down.tolist(), ok.tolist(), strict=True)
+    return [(*hops[:n], last) if good else () for hops, n, last, good in rows]
 
 
 def forward_tuples(fabric: Fabric, tuples: Sequence[FiveTuple]) -> list[tuple[int, ...]]:

@@ -77,33 +77,26 @@ class FabricIndex:
         self.tier: IntArray = tier
 
         num_links = len(fabric.links)
-        node_of, switches = self.node_of, self.switch_by_name
-        src: list[int] = []
-        interfaces: list[str] = []
-        speeds: list[float] = []
-        up: list[bool] = []
-        self.link_of_end: dict[str, int] = {}
-        for li, link in enumerate(fabric.links):
-            a_dev, _, a_if = link.a.partition(":")
-            b_dev, _, b_if = link.b.partition(":")
-            a = node_of[a_dev] if a_dev in switches else node_of[link.a]
-            b = node_of[b_dev] if b_dev in switches else node_of[link.b]
-            src += (a, b)
-            interfaces += (a_if, b_if)
-            speeds.append(link.speed_gbps)
-            up.append(link.status is LinkStatus.UP)
-            self.link_of_end[link.a] = li
-            self.link_of_end[link.b] = li
+        node_of, links = self.node_of, fabric.links
+        # Column by column: a host's end is its NIC port's node name, a switch's is not a
+        # node name (names have no ':'), so the device before the ':' is the node.
+        ends = [end for link in links for end in (link.a, link.b)]
+        found = [node_of.get(end, -1) for end in ends]
+        src = [
+            n if n >= 0 else node_of[end.partition(":")[0]]
+            for n, end in zip(found, ends, strict=True)
+        ]
+        interfaces = [end.partition(":")[2] for end in ends]
+        self._ends = ends
         self.res_src: IntArray = np.array(src, dtype=np.int64).reshape(2 * num_links)
         self.res_dst: IntArray = self.res_src.reshape(num_links, 2)[:, ::-1].reshape(-1).copy()
-        self.res_capacity: FloatArray = np.repeat(np.array(speeds, dtype=np.float64), 2)
-        self.res_usable: BoolArray = np.repeat(np.array(up, dtype=np.bool_), 2)
+        speeds = np.fromiter((link.speed_gbps for link in links), np.float64, num_links)
+        self.res_capacity: FloatArray = np.repeat(speeds, 2)
+        up = np.fromiter((link.status is LinkStatus.UP for link in links), np.bool_, num_links)
+        self.res_usable: BoolArray = np.repeat(up, 2)
         self.res_interface: list[str] = interfaces
         self.num_resources = 2 * num_links
         dst = self.res_dst.tolist()
-        self.resource_between: dict[tuple[int, int], int] = dict(
-            zip(zip(src, dst, strict=True), range(self.num_resources), strict=True)
-        )
 
         out: list[list[int]] = [[] for _ in range(self.num_nodes)]
         for res, u in enumerate(src):
@@ -126,6 +119,36 @@ class FabricIndex:
             if first:
                 plane[p.node] = plane[dst[first[0]]]
         self.plane: IntArray = plane
+
+    @cached_property
+    def link_of_end(self) -> dict[str, int]:
+        """Link number by either end (``device:interface``); built on first use (``--fail``,
+        ``--drain``, discovery), not by every plan."""
+        return {end: i >> 1 for i, end in enumerate(self._ends)}
+
+    @cached_property
+    def resource_between(self) -> dict[tuple[int, int], int]:
+        """Resource by its (source node, destination node); built on first use."""
+        pairs = zip(self.res_src.tolist(), self.res_dst.tolist(), strict=True)
+        return dict(zip(pairs, range(self.num_resources), strict=True))
+
+    _STATUS_VIEWS = ("routing",)
+    """Cached views that depend on which links are usable (the rest are cabling only)."""
+
+    def with_status(self, fabric: Fabric) -> FabricIndex:
+        """This index for ``fabric``, a snapshot of the same cabling with other link statuses
+        (:meth:`Fabric.with_link_status`): the numbering, names and member orders shared, the
+        usable links read from ``fabric``, status-dependent views (routing) left to be built."""
+        if len(fabric.links) != len(self.fabric.links):
+            raise ValueError("with_status needs a snapshot of the same cabling")
+        index = object.__new__(FabricIndex)
+        index.__dict__.update(
+            (k, v) for k, v in self.__dict__.items() if k not in self._STATUS_VIEWS
+        )
+        index.fabric = fabric
+        up = [link.status is LinkStatus.UP for link in fabric.links]
+        index.res_usable = np.repeat(np.array(up, dtype=np.bool_), 2)
+        return index
 
     @cached_property
     def node_of_address(self) -> dict[ipaddress.IPv4Address, int]:

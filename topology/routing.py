@@ -195,7 +195,10 @@ class Routing:
         if bool((sizes == mask.shape[1]).all()):  # every member in every group (climbing)
             return np.broadcast_to(out, mask.shape), sizes
         order = np.argsort(~mask, axis=1, kind="stable")  # members first, in member order
-        return np.take_along_axis(np.where(mask, out[None, :], -1), order, axis=1), sizes
+        # Plain fancy indexing: take_along_axis checks and builds its index in Python per call
+        # (2,000 calls for a 16k-GPU fat-tree's ECMP baseline).
+        line = np.arange(len(order))[:, None]
+        return np.where(mask, out[None, :], -1)[line, order], sizes
 
     @property
     def down_mask(self) -> BoolArray:

@@ -24,6 +24,7 @@ STARTED = time.perf_counter()
 
 import gc  # noqa: E402
 import importlib  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 from typing import Annotated, Any  # noqa: E402
 
@@ -141,5 +142,31 @@ def main() -> None:
     gc.disable()
     try:
         build_app(only)(prog_name="c4p")
+    except SystemExit as done:  # how click ends every command, success included
+        gc.freeze()
+        _exit_at_once(done.code)
     finally:
         gc.freeze()
+
+
+def _exit_at_once(code: object) -> None:
+    """End a one-shot command's process without tearing its heap down object by object.
+
+    Why: after a 16k-GPU plan the interpreter's own exit frees some million objects one at a
+    time (the fabric, its index, the flows, the plans), 50-100 ms of nothing but waiting. A
+    one-shot command has written its files (atomically, closed) and registers no exit
+    handlers, so what is left to do is flushing standard output and error; the exit status is
+    ``sys.exit``'s (``None`` is 0, a message is printed and is 1)."""
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: what Python's own exit reports as 120
+            status = status or 120
+    os._exit(status)

@@ -13,6 +13,8 @@ The machine is shared: figures are the median of ``--repeat`` runs; compare vers
 running both side by side (``--c4p`` takes another checkout's ``c4p`` executable).
 
 Run: .venv/bin/python scripts/measure/plan_phases.py [--gpus 4096 16384] [--repeat 5]
+[--versus "env PYTHONPATH=OTHER_CHECKOUT .venv/bin/python -c 'from c4p.cli import main; main()'"]
+(``--versus``: the two versions' runs alternate, so both see the same load.)
 """
 
 from __future__ import annotations
@@ -84,34 +86,49 @@ def make_inputs(c4p: list[str], work: Path, tiers: str, gpus: int) -> dict[str, 
     return {"ring": (fabric, ring), "shuffled": (fabric, shuffled)}
 
 
+class Samples:
+    """One command's runs of one case."""
+
+    def __init__(self) -> None:
+        self.walls: list[float] = []
+        self.cpus: list[float] = []
+        self.rss: list[int] = []
+        self.phases: dict[str, list[float]] = {p: [] for p in PHASES}
+        self.rest: list[float] = []
+
+    def summary(self) -> dict[str, float]:
+        out = {"wall": statistics.median(self.walls), "wall_min": min(self.walls)}
+        out["cpu"] = statistics.median(self.cpus)
+        out |= {p: statistics.median(v) for p, v in self.phases.items()}
+        out["startup+exit"] = statistics.median(self.rest)
+        out["rss_mb"] = statistics.median(self.rss) / 1024
+        return out
+
+
 def measure(
-    c4p: list[str], fabric: Path, jobs: Path, work: Path, repeat: int, phased: bool
-) -> dict[str, float]:
-    walls: list[float] = []
-    cpus: list[float] = []
-    rss: list[int] = []
-    phases: dict[str, list[float]] = {p: [] for p in PHASES}
-    rest: list[float] = []
-    for _ in range(repeat):
-        figures = work / "timings.json"
-        command = [*c4p, "plan", "--fabric", str(fabric), "--jobs", str(jobs),
-                   "-o", str(work / "plan.json")]  # fmt: skip
-        if phased:
-            command += ["--timings", "--json", str(figures)]
-        wall, cpu, peak = run(command, work)
-        seconds = json.loads(figures.read_text())["timings"] if phased else {}
-        walls.append(wall)
-        cpus.append(cpu)
-        rss.append(peak)
-        for p in PHASES:
-            phases[p].append(seconds.get(p, 0.0))
-        rest.append(wall - sum(seconds.values()))
-    out = {"wall": statistics.median(walls), "wall_min": min(walls)}
-    out["cpu"] = statistics.median(cpus)
-    out |= {p: statistics.median(v) for p, v in phases.items()}
-    out["startup+exit"] = statistics.median(rest)
-    out["rss_mb"] = statistics.median(rss) / 1024
-    return out
+    commands: list[list[str]], fabric: Path, jobs: Path, work: Path, repeat: int, phased: bool
+) -> list[dict[str, float]]:
+    """Each command's figures; with several commands, their runs alternate (one of each per
+    round, the order turning every round) so that all see the same load on a shared machine."""
+    samples = [Samples() for _ in commands]
+    for round_ in range(repeat):
+        turn = round_ % len(commands)
+        for k in [*range(turn, len(commands)), *range(turn)]:
+            figures = work / "timings.json"
+            command = [*commands[k], "plan", "--fabric", str(fabric), "--jobs", str(jobs),
+                       "-o", str(work / "plan.json")]  # fmt: skip
+            if phased:
+                command += ["--timings", "--json", str(figures)]
+            wall, cpu, peak = run(command, work)
+            seconds = json.loads(figures.read_text())["timings"] if phased else {}
+            got = samples[k]
+            got.walls.append(wall)
+            got.cpus.append(cpu)
+            got.rss.append(peak)
+            for p in PHASES:
+                got.phases[p].append(seconds.get(p, 0.0))
+            got.rest.append(wall - sum(seconds.values()))
+    return [s.summary() for s in samples]
 
 
 def main() -> None:
@@ -127,11 +144,20 @@ def main() -> None:
         "PYTHONPATH=that/checkout python -c 'from c4p.cli import main; main()').",
     )
     parser.add_argument(
+        "--versus",
+        help="Another c4p command line (e.g. main's checkout) run alternately with --c4p, "
+        "run for run: a row of its own per case and the ratio of the medians.",
+    )
+    parser.add_argument(
         "--no-phases", action="store_true", help="Wall and CPU only (a c4p without --timings)."
     )
     parser.add_argument("--markdown", type=Path, help="Also write the table to this file.")
     args = parser.parse_args()
     c4p = shlex.split(args.c4p)
+    commands = [c4p, shlex.split(args.versus)] if args.versus else [c4p]
+    labels = ["", " (versus)"] if args.versus else [""]
+    phased = not args.no_phases
+    ratios = ["| case | wall ratio (c4p / versus) | cpu ratio |", "|---|---:|---:|"]
     head = ["case", "wall s", "min", "cpu s", *PHASES, "startup+exit", "MB"]
     rows = [" | ".join(head), " | ".join("---" for _ in head)]
     print(rows[0], rows[1], sep="\n")
@@ -144,13 +170,19 @@ def main() -> None:
                 inputs = make_inputs(c4p, work, tiers, gpus)
                 for kind in args.jobs:
                     fabric, jobs = inputs[kind]
-                    m = measure(c4p, fabric, jobs, work, args.repeat, not args.no_phases)
-                    cells = [f"{tiers} {gpus:,} {kind}", f"{m['wall']:.2f}", f"{m['wall_min']:.2f}"]
-                    cells.append(f"{m['cpu']:.2f}")
-                    cells += [f"{m[p]:.3f}" for p in (*PHASES, "startup+exit")]
-                    cells.append(f"{m['rss_mb']:.0f}")
-                    rows.append(" | ".join(cells))
-                    print(rows[-1], flush=True)
+                    found = measure(commands, fabric, jobs, work, args.repeat, phased)
+                    for label, m in zip(labels, found, strict=True):
+                        case = f"{tiers} {gpus:,} {kind}{label}"
+                        cells = [case, f"{m['wall']:.2f}", f"{m['wall_min']:.2f}"]
+                        cells.append(f"{m['cpu']:.2f}")
+                        cells += [f"{m[p]:.3f}" for p in (*PHASES, "startup+exit")]
+                        cells.append(f"{m['rss_mb']:.0f}")
+                        rows.append(" | ".join(cells))
+                        print(rows[-1], flush=True)
+                    if args.versus:
+                        ratio = found[0]["wall"] / found[1]["wall"]
+                        cpu = found[0]["cpu"] / found[1]["cpu"]
+                        ratios.append(f"| {tiers} {gpus:,} {kind} | {ratio:.2f} | {cpu:.2f} |")
     if args.markdown:
         command = "scripts/measure/plan_phases.py " + " ".join(sys.argv[1:])
         note = (
@@ -162,7 +194,12 @@ def main() -> None:
             "wall times are noisy, CPU times less so). Median of "
             f"{args.repeat} runs per case.\n"
         )
-        args.markdown.write_text(note + "\n" + "\n".join(f"| {r} |" for r in rows) + "\n")
+        text = note + "\n" + "\n".join(f"| {r} |" for r in rows) + "\n"
+        if args.versus:
+            text += "\n" + "\n".join(ratios) + "\n"
+        args.markdown.write_text(text)
+    if args.versus:
+        print("\n".join(ratios))
 
 
 if __name__ == "__main__":
