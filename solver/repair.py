@@ -32,7 +32,11 @@ nothing shorter exists. (4) Failing that, on two tiers a two-spine exchange
 resource of the candidate with the fewest, relocate one flow that crosses it. If a flow still
 does not fit, the repair fails at this ``z`` and the planner falls back to its other methods.
 (5) Last, moved flows go back to their previous path wherever a chain of price zero makes
-room. Each step only looks at the flows on the resources involved, so a repair costs
+room. (6) Chains made one after another can collide (the first flow's cheapest chain takes
+the room the next one's needed): on a component of up to :data:`LOOK_FLOWS` flows that moved
+more than :func:`min_moves`, a second repair looks one chain ahead and is kept if it moves
+fewer; ``joint`` also tries the stuck flows' chains chosen together
+(:mod:`solver.jointchains`). Each step only looks at the flows on the resources involved, so a repair costs
 milliseconds even at 16k GPUs.
 """
 
