@@ -36,8 +36,8 @@ room. (6) Chains made one after another can collide (the first flow's cheapest c
 the room the next one's needed): on a component of up to :data:`LOOK_FLOWS` flows that moved
 more than :func:`min_moves`, a second repair looks one chain ahead and is kept if it moves
 fewer; ``joint`` also tries the stuck flows' chains chosen together
-(:mod:`solver.jointchains`). Each step only looks at the flows on the resources involved, so a repair costs
-milliseconds even at 16k GPUs.
+(:mod:`solver.jointchains`). Each step only looks at the flows on the resources involved,
+so a repair costs milliseconds even at 16k GPUs.
 """
 
 from __future__ import annotations
