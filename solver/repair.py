@@ -361,8 +361,10 @@ LOOK_FLOWS = 1000
 moved more than the counting bound (milliseconds there; on the ladder's 8,096-flow component
 it costs seconds and found nothing better)."""
 
-LOOK_SECONDS = 0.05
-"""Most that second repair spends before placing the rest where they fit best."""
+LOOK_SECONDS = 0.25
+"""Most that second repair spends before placing the rest where they fit best (it takes a few
+tens of milliseconds where it applies; the cap is for the unusual case, and generous so that
+a slow machine finds the same answer)."""
 
 
 def _try_looking(
@@ -382,6 +384,8 @@ def _try_looking(
     had = prior >= 0
     done = state.choice.copy()
     before = int(np.count_nonzero(had & (done != prior)))
+    if before == 0:
+        return
     problem = state.problem
     extra = min_moves(problem, state.flows, np.where(prior >= 0, prior, -1), z)
     if before <= extra - int(np.count_nonzero(prior < 0)):
