@@ -254,8 +254,9 @@ def least_moves(
 ) -> tuple[int, bool, int]:
     """A proven lower bound on the flows any plan at ``after``'s utilization (per component)
     must move from ``before``, whether it is the exact minimum (:mod:`solver.moves`), and
-    the fewest moves found by any means (a repair looking ahead over its chains where the
-    minimum is not proven): the minimum lies between the first and the last."""
+    the fewest moves found by any means (a repair looking ahead over its chains, and one
+    placing the stuck flows' chains together, where the minimum is not proven): the minimum
+    lies between the first and the last."""
     flows, weight = flow_weights(workload)
     problem = build_problem(snapshot, flows, weight, before.candidates)
     prior = match_previous(problem, before.flows, before.paths, before.snapshot)
@@ -277,8 +278,11 @@ def least_moves(
         if not found.proven:
             deadline = time.perf_counter() + seconds
             ahead = repair(problem, members, mine, z, lookahead=LOOKAHEAD, deadline=deadline)
-            if ahead.reached:
-                best = min(best, int(np.count_nonzero((mine != -2) & (ahead.choice != mine))))
+            together = repair(problem, members, mine, z, joint=True)  # a fraction of a second
+            for found_by in (ahead, together):
+                if found_by.reached:
+                    moved = int(np.count_nonzero((mine != -2) & (found_by.choice != mine)))
+                    best = min(best, moved)
         found_total += best
     return total, proven, found_total
 

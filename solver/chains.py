@@ -83,6 +83,7 @@ class State:
 
         self._sorted: tuple[IntArray, IntArray] | None = None
         self._since: set[int] = set()
+        self._rows: dict[tuple[int, int], IntArray] = {}
 
     def on(self, r: int) -> list[int]:
         """Positions of the flows whose current path crosses resource ``r``.
@@ -106,8 +107,13 @@ class State:
         return sorted(users)
 
     def row(self, i: int, k: int) -> IntArray:
-        p = self.problem
-        return p.row(int(self.pair[i]), k)
+        """Candidate ``k`` of flow ``i`` (remembered: a chain search asks for the same few
+        rows tens of thousands of times)."""
+        key = (i, k)
+        row = self._rows.get(key)
+        if row is None:
+            row = self._rows[key] = self.problem.row(int(self.pair[i]), k)
+        return row
 
     def candidates(self, i: int) -> IntArray:
         return self.problem.candidates(int(self.pair[i]))
@@ -312,17 +318,22 @@ def relieve(
     return None
 
 
-def chain_options(state: State, i: int) -> list[tuple[int, list[tuple[int, int]]]]:
+def chain_options(
+    state: State, i: int, slack: int | None = None
+) -> list[tuple[int, list[tuple[int, int]]]]:
     """Every way :func:`place_by_chain` could place ``i``, one per set of full resources on
     its candidates (each relieved by its own cheapest chain), cheapest first, as ``(price,
     moves)``; nothing is changed. For a search that looks ahead (:func:`solver.repair.repair`
-    with ``lookahead``): the cheapest chain for one flow may leave the next one dearer."""
+    with ``lookahead``): the cheapest chain for one flow may leave the next one dearer.
+    ``slack`` keeps only options at most that much dearer than the cheapest found so far
+    (candidates full on one resource are priced first), which cuts each chain search short."""
     util = state.utils(i)
     blocked = util > state.limit
     count = blocked.sum(axis=1)
     rows = state.candidates(i)
     out: list[tuple[int, list[tuple[int, int]]]] = []
     seen: set[bytes] = set()
+    cheapest: int | None = None
     for k in np.argsort(count, kind="stable").tolist():
         if not 1 <= count[k] <= 2:
             continue
@@ -330,9 +341,11 @@ def chain_options(state: State, i: int) -> list[tuple[int, list[tuple[int, int]]
         if key in seen:
             continue
         seen.add(key)
-        option = _price_candidate(state, i, k, rows[k][blocked[k]].tolist(), None)
+        budget = None if slack is None or cheapest is None else cheapest + slack + 1
+        option = _price_candidate(state, i, k, rows[k][blocked[k]].tolist(), budget)
         if option is not None:
             out.append(option)
+            cheapest = option[0] if cheapest is None else min(cheapest, option[0])
     out.sort(key=lambda option: option[0])
     return out
 
