@@ -375,3 +375,47 @@ def test_fat_tree_flows_use_the_stage_wise_colouring() -> None:
     assert {p.method for p in result.parts} == {"fattree"}
     assert result.status == "optimal" and result.gap == 0.0
     assert result.objective.max_utilization == utilization(fabric, flows, result.paths)
+
+
+@SETTINGS
+@given(st.data())
+def test_fat_tree_parts_coloured_together_each_reach_their_own_optimum(
+    data: st.DataObject,
+) -> None:
+    """A fresh plan colours all fat-tree parts in one call; a light part must not inherit a
+    heavy part's maximum. Pods 0-1 and pods 2-3 of a k=4 tree share no link, so each group is
+    its own part (or several), and each group's optimum comes from brute force over routing's
+    paths, not from the planner."""
+    fabric = SMALL_FAT_TREE
+    port = {group: st.integers(8 * group, 8 * group + 7) for group in (0, 1)}
+    groups = [
+        data.draw(st.lists(st.tuples(port[g], port[g]), min_size=1, max_size=size))
+        for g, size in ((0, 9), (1, 4))
+    ]
+    pairs = [(a, b) for group in groups for a, b in group if a != b]
+    flows = make_flows(fabric, pairs)
+    result = plan(fabric, flows)
+    assert_valid(result, fabric)
+    assert result.status == "optimal"
+    for g in (0, 1):
+        mine = [k for k, (a, _) in enumerate(pairs) if a // 8 == g]
+        group_flows = [flows[k] for k in mine]
+        if not group_flows or combinations(fabric, group_flows) > 100_000:
+            continue
+        got = utilization(fabric, group_flows, [result.paths[k] for k in mine])
+        assert got == pytest.approx(brute_force_optimum(fabric, group_flows))
+
+
+def test_many_fat_tree_parts_are_coloured_in_one_call() -> None:
+    """Flows inside each pod pair only: several parts, all coloured by the one shared call
+    and each proven at its own bound."""
+    fabric = SMALL_FAT_TREE
+    pairs = [(a, b) for a in range(16) for b in range(16) if a // 8 == b // 8 and a // 4 != b // 4]
+    pairs += [(0, 2), (1, 3), (8, 10)]  # intra-pod flows: more parts, other loads
+    flows = make_flows(fabric, pairs)
+    result = plan(fabric, flows)
+    assert_valid(result, fabric)
+    assert len(result.parts) >= 2
+    assert {p.method for p in result.parts} == {"fattree"}
+    assert all(p.status == "optimal" and p.max_utilization == p.bound for p in result.parts)
+    assert result.objective.max_utilization == utilization(fabric, flows, result.paths)
