@@ -26,8 +26,8 @@ stubs: $(STAMP)
 	$(BIN)/python -m c4p.api.generate
 
 lint: $(STAMP)
-	$(BIN)/ruff check topology solver southbound c4p tests
-	$(BIN)/ruff format --check topology solver southbound c4p tests
+	$(BIN)/ruff check topology solver southbound c4p tests scripts
+	$(BIN)/ruff format --check topology solver southbound c4p tests scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

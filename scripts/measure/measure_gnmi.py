@@ -68,7 +68,11 @@ def main() -> None:
     if args.tls:
         cmd += ["--tls-dir", str(work / "pki")]
     child = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2]
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
     )
     try:
         assert child.stdout is not None and child.stdin is not None
@@ -140,7 +144,7 @@ def main() -> None:
             links = list(declared.links)
             latencies, up_latencies = [], []
             split = []
-            for n in range(args.failures):
+            for _ in range(args.failures):
                 link = rng.choice(links)
                 for action, bucket, want in (
                     ("fail", latencies, "down"),
@@ -150,7 +154,7 @@ def main() -> None:
                     child.stdin.flush()
                     before = float(child.stdout.readline().split()[1])
                     event = events.wait_for(
-                        lambda e: (
+                        lambda e, link=link, want=want: (
                             isinstance(e, LinkEvent)
                             and e.link_id == link.id
                             and e.status.value == want

@@ -50,9 +50,13 @@ from topology.model import Link  # noqa: E402
 
 def part1(leaves: int) -> None:
     full = generate("leaf-spine", leaves=leaves, spines=4, hosts_per_leaf=1, nics_per_host=2)
-    spare = next(k for k in full.links if {e.split(":")[0] for e in k.ends} == {"leaf-00", "spine-03"})
+    spare = next(
+        k for k in full.links if {e.split(":")[0] for e in k.ends} == {"leaf-00", "spine-03"}
+    )
     start = with_links(full, [k for k in full.links if k != spare])
-    old = next(k for k in start.links if {e.split(":")[0] for e in k.ends} == {"leaf-00", "spine-00"})
+    old = next(
+        k for k in start.links if {e.split(":")[0] for e in k.ends} == {"leaf-00", "spine-00"}
+    )
     new_link = Link(
         a=next(e for e in old.ends if e.startswith("leaf-00:")),
         b=next(e for e in spare.ends if e.startswith("spine-03:")),
@@ -81,7 +85,11 @@ def part1(leaves: int) -> None:
     assert outcome is not None
     touched = set(outcome.decision.jobs_on_links)
     churn = sum(
-        1 for j in before if j not in touched for k, h in before[j].items() if state.held[j].get(k) != h
+        1
+        for j in before
+        if j not in touched
+        for k, h in before[j].items()
+        if state.held[j].get(k) != h
     )
     qps = sum(len(b) for b in before.values())
     print(
@@ -108,7 +116,10 @@ def part2(rounds: int) -> None:
     gone = frozenset({"leaf-00", "spine-00"})
     detect, total, silent = [], [], []
     for _ in range(rounds):
-        with tempfile.TemporaryDirectory(prefix="c4p-rewire-") as d, serve_gnmi(START) as (emu, servers):
+        with (
+            tempfile.TemporaryDirectory(prefix="c4p-rewire-") as d,
+            serve_gnmi(START) as (emu, servers),
+        ):
             tmp = Path(d)
             save_fabric(FULL, tmp / "declared.json")
             save_model(servers.targets_file(sample_interval_s=0.2, timeouts=FAST), tmp / "t.yaml")
@@ -133,7 +144,9 @@ def part2(rounds: int) -> None:
                         t0 = time.monotonic()
                         emu.rewire(moved())
                         ok = wa.wait(
-                            lambda m: all(gone not in links_of(x.path) for x in m.snapshot().values()),
+                            lambda m: all(
+                                gone not in links_of(x.path) for x in m.snapshot().values()
+                            ),
                             30,
                         )
                         t1 = time.monotonic()

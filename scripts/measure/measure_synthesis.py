@@ -47,7 +47,7 @@ def run(name, fabric, placement):
     init = time.perf_counter() - t
     reqs = [
         PortRequest(index.node(f.src), index.node(f.dst), middle_of(p))
-        for f, p in zip(flows, paths)
+        for f, p in zip(flows, paths, strict=True)
     ]
     t = time.perf_counter()
     found = source.find(reqs)

@@ -42,7 +42,7 @@ def replan(fabric, routes):
     index = fabric.index
     fresh = round_robin_paths(fabric, [(r.src, r.dst) for r in routes])
     out = []
-    for r, alt in zip(routes, fresh):
+    for r, alt in zip(routes, fresh, strict=True):
         keep = r.path and index.routing.is_equal_cost_path(
             index.node(r.src), index.node(r.dst), r.path
         )
