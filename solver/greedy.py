@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from solver.coloring import assign_spines, assign_spines_stable
+from solver.greedytree import place_by_levels, reason_not
 from solver.problem import TOLERANCE, Problem
 from solver.treecandidates import TreeCandidates
 from topology.index import FloatArray, IntArray
@@ -56,10 +57,14 @@ def place_greedy(problem: Problem, flows: IntArray, load: FloatArray) -> IntArra
         return _place_two_tier(problem, flows, load)
     position = np.empty(problem.num_flows, dtype=np.int64)
     position[flows] = np.arange(len(flows))
+    tree = problem.tree
+    if tree is not None and reason_not(problem, tree, flows, load) is None:
+        order = greedy_order(problem, flows)
+        choice[position[order]] = place_by_levels(problem, tree, order, load)
+        return choice
     cache: dict[int, tuple[IntArray, FloatArray]] = {}
     weights = problem.weight
     pairs = problem.pair
-    tree = problem.tree
     grid_of: dict[int, _Grid] = {} if tree is None else _grids(problem, tree, pairs[flows])
     for f in greedy_order(problem, flows).tolist():
         p = int(pairs[f])
