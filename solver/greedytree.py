@@ -144,6 +144,7 @@ def place_by_levels(
     src_pod = tree.pod_pairs[:, 0].tolist()
     dst_pod = tree.pod_pairs[:, 1].tolist()
     inf = math.inf
+    pad, padded = problem.pad, tree.width > 2
     chosen_t = np.empty(len(order), dtype=np.int64)
     chosen_rank = np.zeros(len(order), dtype=np.int64)
 
@@ -167,6 +168,8 @@ def place_by_levels(
                     bit |= m
             t = (bit & -bit).bit_length() - 1
             chosen_t[n] = t
+            if padded:  # greedy adds the weight to the padded row's pad column, once
+                loads[pad] += w
         else:
             q = pp[p]
             su, sd = src_pod[q] * n_aggs, dst_pod[q] * n_aggs
