@@ -82,22 +82,43 @@ def reason_not(
     return None
 
 
-def _levels(values: list[float]) -> dict[float, int]:
-    """``{value: bitmask of the positions holding it}``."""
-    out: dict[float, int] = {}
-    for i, x in enumerate(values):
-        out[x] = out.get(x, 0) | (1 << i)
-    return out
+class _Links:
+    """Rows of links (a leaf's uplinks by position, a (pod, agg)'s core links by rank): their
+    loads as Python floats and as levels, so that a flow's step reads no numpy array."""
 
+    def __init__(self, res: IntArray, load: FloatArray) -> None:
+        self.res = res
+        rows = load[res]
+        self.values: list[list[float]] = rows.tolist()
+        self.levels: list[dict[float, int]] = []
+        full = (1 << res.shape[1]) - 1
+        even = (rows.min(axis=1, initial=0.0) == rows.max(axis=1, initial=0.0)).tolist()
+        for row, flat in zip(self.values, even, strict=True):
+            if flat:  # every row before the first flow: no loop over its links
+                self.levels.append({row[0]: full} if row else {})
+                continue
+            levels: dict[float, int] = {}
+            for i, x in enumerate(row):
+                levels[x] = levels.get(x, 0) | (1 << i)
+            self.levels.append(levels)
 
-def _move(levels: dict[float, int], old: float, new: float, bit: int) -> None:
-    """Move ``bit`` from level ``old`` to level ``new`` (a link's load grew)."""
-    rest = levels[old] ^ bit
-    if rest:
-        levels[old] = rest
-    else:
-        del levels[old]
-    levels[new] = levels.get(new, 0) | bit
+    def add(self, row: int, col: int, w: float) -> None:
+        """The link at ``(row, col)`` carries ``w`` more: its bit moves up a level."""
+        values, levels = self.values[row], self.levels[row]
+        old = values[col]
+        new = values[col] = old + w
+        bit = 1 << col
+        rest = levels[old] ^ bit
+        if rest:
+            levels[old] = rest
+        else:
+            del levels[old]
+        levels[new] = levels.get(new, 0) | bit
+
+    def write(self, load: FloatArray) -> None:
+        """Put the loads back into ``load``."""
+        if self.values:
+            load[self.res] = np.asarray(self.values)
 
 
 def _bits(mask: np.ndarray) -> list[int]:
@@ -116,27 +137,22 @@ def place_by_levels(
     shape = tree.layout.shape
     n_aggs = shape.aggs
     perm_t = tree.jord[0].tolist() if tree.num_pairs else list(range(n_aggs))
-    perm_s = tree.layout.gorder[0]  # [j, s] -> core g
-    pods = shape.pods
     jt = np.asarray(perm_t, dtype=np.int64)
-    up_res = shape.up[:, jt].tolist()  # [leaf][t]
-    down_res = shape.down[:, jt].tolist()
-    gsel = perm_s[None, :, :]  # cells in core-rank order, per agg j
-    core_up_res = np.take_along_axis(shape.agg_up, np.broadcast_to(gsel, shape.agg_up.shape), 2)
-    core_down_res = np.take_along_axis(
-        shape.agg_down, np.broadcast_to(gsel, shape.agg_down.shape), 2
-    )
-    cu_list = core_up_res.reshape(pods * n_aggs, -1).tolist()  # [pod * A + j][s]
-    cd_list = core_down_res.reshape(pods * n_aggs, -1).tolist()
-    loads: list[float] = load.tolist()
-
+    gsel = tree.layout.gorder[:1]  # [1, j, s] -> core g: cells in core-rank order
+    rows = shape.pods * n_aggs
+    core_up = _Links(np.take_along_axis(shape.agg_up, gsel, 2).reshape(rows, -1), load)
+    core_down = _Links(np.take_along_axis(shape.agg_down, gsel, 2).reshape(rows, -1), load)
     pairs = problem.pair[order]
     used = np.unique(pairs)
-    u_of, v_of = tree.u.tolist(), tree.v.tolist()
-    leaf_up = {u: _levels([loads[r] for r in up_res[u]]) for u in set(tree.u[used].tolist())}
-    leaf_down = {v: _levels([loads[r] for r in down_res[v]]) for v in set(tree.v[used].tolist())}
-    core_up = [_levels([loads[r] for r in row]) for row in cu_list]
-    core_down = [_levels([loads[r] for r in row]) for row in cd_list]
+    sources, u_row = np.unique(tree.u[used], return_inverse=True)
+    sinks, v_row = np.unique(tree.v[used], return_inverse=True)
+    leaf_up = _Links(shape.up[sources][:, jt], load)
+    leaf_down = _Links(shape.down[sinks][:, jt], load)
+    row_of = np.zeros((2, tree.num_pairs), dtype=np.int64)
+    row_of[0, used], row_of[1, used] = u_row.ravel(), v_row.ravel()
+    up_of, down_of = row_of.tolist()
+    up_levels, down_levels = leaf_up.levels, leaf_down.levels
+    cu_levels, cd_levels = core_up.levels, core_down.levels
     positions = _bits(tree.count > 0)  # per pair: positions with a candidate
     usable = _bits(tree.core_ok)  # per (pod pair, j): usable cores in rank order
     far = tree.far.tolist()
@@ -144,13 +160,13 @@ def place_by_levels(
     src_pod = tree.pod_pairs[:, 0].tolist()
     dst_pod = tree.pod_pairs[:, 1].tolist()
     inf = math.inf
-    pad, padded = problem.pad, tree.width > 2
+    padded, pad_load = tree.width > 2, float(load[problem.pad])
     chosen_t = np.empty(len(order), dtype=np.int64)
     chosen_rank = np.zeros(len(order), dtype=np.int64)
 
     for n, (p, w) in enumerate(zip(pairs.tolist(), problem.weight[order].tolist(), strict=True)):
-        u, v = u_of[p], v_of[p]
-        lu, ld = leaf_up[u], leaf_down[v]
+        u, v = up_of[p], down_of[p]
+        lu, ld = up_levels[u], down_levels[v]
         allowed = positions[p]
         combos: list[tuple[float, float, int]] = []
         for xu, mu in lu.items():
@@ -169,7 +185,7 @@ def place_by_levels(
             t = (bit & -bit).bit_length() - 1
             chosen_t[n] = t
             if padded:  # greedy adds the weight to the padded row's pad column, once
-                loads[pad] += w
+                pad_load += w
         else:
             q = pp[p]
             su, sd = src_pod[q] * n_aggs, dst_pod[q] * n_aggs
@@ -188,11 +204,11 @@ def place_by_levels(
                     j = perm_t[tt]
                     ok = usable[qa + j]
                     k1, k2, cells = inf, inf, 0
-                    for x, mx in core_up[su + j].items():
+                    for x, mx in cu_levels[su + j].items():
                         mx &= ok
                         if not mx:
                             continue
-                        for y, my in core_down[sd + j].items():
+                        for y, my in cd_levels[sd + j].items():
                             mm = mx & my
                             if not mm:
                                 continue
@@ -209,25 +225,14 @@ def place_by_levels(
             chosen_t[n] = t
             chosen_rank[n] = (usable[qa + perm_t[t]] & (bit_s - 1)).bit_count()
             j = perm_t[t]
-            r = cu_list[su + j][s]
-            old = loads[r]
-            loads[r] = old + w
-            _move(core_up[su + j], old, old + w, bit_s)
-            r = cd_list[sd + j][s]
-            old = loads[r]
-            loads[r] = old + w
-            _move(core_down[sd + j], old, old + w, bit_s)
-        bit_t = 1 << t
-        r = up_res[u][t]
-        old = loads[r]
-        loads[r] = old + w
-        _move(lu, old, old + w, bit_t)
-        r = down_res[v][t]
-        old = loads[r]
-        loads[r] = old + w
-        _move(ld, old, old + w, bit_t)
+            core_up.add(su + j, s, w)
+            core_down.add(sd + j, s, w)
+        leaf_up.add(u, t, w)
+        leaf_down.add(v, t, w)
 
-    load[:] = loads
+    for links in (leaf_up, leaf_down, core_up, core_down):
+        links.write(load)
+    load[problem.pad] = pad_load
     first = np.cumsum(tree.count, axis=1) - tree.count
     out: IntArray = first[pairs, chosen_t] + chosen_rank
     return out
