@@ -212,7 +212,9 @@ def place_by_levels(
                             mm = mx & my
                             if not mm:
                                 continue
-                            c1 = max(a, x, y)
+                            c1 = x if x > y else y
+                            if c1 < a:
+                                c1 = a
                             c2 = b + x + y
                             if c1 < k1 or (c1 == k1 and c2 < k2):
                                 k1, k2, cells = c1, c2, mm
