@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from solver.coloring import assign_spines, assign_spines_stable
-from solver.greedytree import place_by_levels, reason_not
+from solver.greedytree import LEVELS_FROM, place_by_levels
 from solver.problem import TOLERANCE, Problem
 from solver.treecandidates import TreeCandidates
 from topology.index import FloatArray, IntArray
@@ -48,7 +48,11 @@ def place_greedy(problem: Problem, flows: IntArray, load: FloatArray) -> IntArra
     """Choose a candidate for each of ``flows`` (cross-leaf) on top of ``load``.
 
     ``load`` (per resource, plus the pad) is updated in place with the placed flows. Returns the
-    choices aligned with ``flows``.
+    choices aligned with ``flows``. The same choices are reached three ways: on two tiers in
+    rounds of flows sharing no leaf (:func:`_place_two_tier`); on a fat-tree's lazy table by
+    load levels (:mod:`solver.greedytree`) when its conditions hold (one power-of-two link
+    scale, whole weights and loads), else over cached (agg, core) grids (:class:`_Grid`); and
+    row by row otherwise.
     """
     choice = np.full(len(flows), -1, dtype=np.int64)
     if not len(flows):
@@ -58,10 +62,12 @@ def place_greedy(problem: Problem, flows: IntArray, load: FloatArray) -> IntArra
     position = np.empty(problem.num_flows, dtype=np.int64)
     position[flows] = np.arange(len(flows))
     tree = problem.tree
-    if tree is not None and reason_not(problem, tree, flows, load) is None:
+    if tree is not None and len(flows) >= LEVELS_FROM:
         order = greedy_order(problem, flows)
-        choice[position[order]] = place_by_levels(problem, tree, order, load)
-        return choice
+        found = place_by_levels(problem, tree, order, load)
+        if found is not None:
+            choice[position[order]] = found
+            return choice
     cache: dict[int, tuple[IntArray, FloatArray]] = {}
     weights = problem.weight
     pairs = problem.pair

@@ -47,39 +47,15 @@ from solver.problem import TOLERANCE, Problem
 from solver.treecandidates import TreeCandidates
 from topology.index import FloatArray, IntArray
 
-__all__ = ["place_by_levels", "reason_not"]
+__all__ = ["LEVELS_FROM", "place_by_levels", "reason_not"]
+
+LEVELS_FROM = 32
+"""Calls with fewer flows keep greedy's grid pass: gathering a call's levels costs ~0.3 ms,
+about ten flows of the grid pass, and a 16k-GPU ring's greedy is 400 calls of one or two flows
+(one per component). Both give the same choices; this is only which is quicker."""
 
 _MAX_BITS = 62
 """Positions and cores per group beyond this would not fit numpy's int64 bitmasks."""
-
-
-def reason_not(
-    problem: Problem, tree: TreeCandidates, flows: IntArray, load: FloatArray
-) -> str | None:
-    """``None`` when :func:`place_by_levels` chooses as greedy does, else which condition of
-    the module doc fails."""
-    shape, layout = tree.layout.shape, tree.layout
-    if shape.aggs > _MAX_BITS or shape.cores_per_group > _MAX_BITS:
-        return "more aggs per pod or cores per group than bits in a mask"
-    if tree.num_pairs and np.any(tree.jord != tree.jord[:1]):
-        return "leaves list their aggs in different orders"
-    if np.any(layout.gorder != layout.gorder[:1]):
-        return "aggs list their cores in different orders"
-    scale = problem.scale[problem.inner]
-    if not scale.size or scale.min() != scale.max():
-        return "switch links of several speeds"
-    if not scale[0] > 0 or math.frexp(float(scale[0]))[0] != 0.5:
-        return "the link scale is not a power of two"
-    w = problem.weight[flows]
-    given = load[: problem.pad]
-    if not (np.all(w > 0) and np.all(w == np.floor(w))):
-        return "weights are not whole numbers"
-    if not (np.all(given >= 0) and np.all(given == np.floor(given))):
-        return "loads are not whole numbers >= 0"
-    bound = float(given.max(initial=0.0)) + float(w.sum())
-    if not 4 * bound * TOLERANCE < 0.5:
-        return "loads too large for the tolerance to separate whole numbers"
-    return None
 
 
 class _Links:
@@ -128,43 +104,123 @@ def _bits(mask: np.ndarray) -> list[int]:
     return packed
 
 
+class _Setup:
+    """What one call reads, gathered for the pairs of its flows only (greedy runs once per
+    component: a 16k-GPU ring is hundreds of calls of a few flows), and whether the module
+    doc's conditions hold for it (:attr:`reason`)."""
+
+    def __init__(
+        self, problem: Problem, tree: TreeCandidates, order: IntArray, load: FloatArray
+    ) -> None:
+        shape, layout = tree.layout.shape, tree.layout
+        n_aggs = shape.aggs
+        self.reason: str | None = None
+        pairs = problem.pair[order]
+        self.used = used = np.unique(pairs)
+        self.local = np.searchsorted(used, pairs)
+        self.weights = problem.weight[order]
+        if n_aggs > _MAX_BITS or shape.cores_per_group > _MAX_BITS:
+            self.reason = "more aggs per pod or cores per group than bits in a mask"
+            return
+        jord = tree.jord[used]
+        if len(used) and np.any(jord != jord[:1]):
+            self.reason = "leaves list their aggs in different orders"
+            return
+        self.perm_t = jt = jord[0] if len(used) else np.arange(n_aggs)
+        far = tree.far[used]
+        qs, q_local = np.unique(tree.pp[used[far]], return_inverse=True)
+        src, src_row = np.unique(tree.pod_pairs[qs, 0], return_inverse=True)
+        dst, dst_row = np.unique(tree.pod_pairs[qs, 1], return_inverse=True)
+        gorder = layout.gorder[np.union1d(src, dst)]
+        if np.any(gorder != gorder[:1]):
+            self.reason = "aggs list their cores in different orders"
+            return
+        gsel = np.broadcast_to(layout.gorder[:1], (len(src), *layout.gorder.shape[1:]))
+        up = np.take_along_axis(shape.agg_up[src], gsel, 2).reshape(
+            len(src) * n_aggs, shape.cores_per_group
+        )
+        gsel = np.broadcast_to(layout.gorder[:1], (len(dst), *layout.gorder.shape[1:]))
+        down = np.take_along_axis(shape.agg_down[dst], gsel, 2).reshape(
+            len(dst) * n_aggs, shape.cores_per_group
+        )
+        sources, self.u_row = np.unique(tree.u[used], return_inverse=True)
+        sinks, self.v_row = np.unique(tree.v[used], return_inverse=True)
+        leaf_up, leaf_down = shape.up[sources][:, jt], shape.down[sinks][:, jt]
+        read = np.concatenate([leaf_up.ravel(), leaf_down.ravel(), up.ravel(), down.ravel()])
+        self.reason = _numbers_reason(problem, read, self.weights, load)
+        if self.reason is not None:
+            return
+        self.core_up, self.core_down = _Links(up, load), _Links(down, load)
+        self.leaf_up, self.leaf_down = _Links(leaf_up, load), _Links(leaf_down, load)
+        q_of = np.full(len(used), -1, dtype=np.int64)
+        q_of[far] = q_local.ravel()
+        self.q_of = q_of
+        self.far = far
+        self.su_of = src_row.ravel() * n_aggs  # a pod pair's first row in core_up
+        self.sd_of = dst_row.ravel() * n_aggs
+        self.positions = _bits(tree.count[used] > 0)  # per pair: positions with a candidate
+        self.usable = _bits(tree.core_ok[qs])  # per (pod pair, j): usable cores in rank order
+
+
+def _numbers_reason(
+    problem: Problem, read: IntArray, weights: FloatArray, load: FloatArray
+) -> str | None:
+    """Which condition on scales, weights and loads fails for the links ``read``, if any."""
+    scale = problem.scale[read]
+    if scale.size and scale.min() != scale.max():
+        return "switch links of several speeds"
+    if scale.size and (not scale[0] > 0 or math.frexp(float(scale[0]))[0] != 0.5):
+        return "the link scale is not a power of two"
+    if not (np.all(weights > 0) and np.all(weights == np.floor(weights))):
+        return "weights are not whole numbers"
+    given = load[read]
+    if not (np.all(given >= 0) and np.all(given == np.floor(given))):
+        return "loads are not whole numbers >= 0"
+    if not math.isfinite(float(load[problem.pad])):
+        return "the pad's load is not finite"
+    bound = float(given.max(initial=0.0)) + float(weights.sum())
+    if not 4 * bound * TOLERANCE < 0.5:
+        return "loads too large for the tolerance to separate whole numbers"
+    return None
+
+
+def reason_not(
+    problem: Problem, tree: TreeCandidates, flows: IntArray, load: FloatArray
+) -> str | None:
+    """``None`` when :func:`place_by_levels` places ``flows`` on ``load``, else which
+    condition of the module doc fails (then it returns ``None`` and greedy uses its grids)."""
+    return _Setup(problem, tree, flows, load).reason
+
+
 def place_by_levels(
     problem: Problem, tree: TreeCandidates, order: IntArray, load: FloatArray
-) -> IntArray:
+) -> IntArray | None:
     """Greedy's choices for the cross-leaf flows ``order`` (already in greedy's order) on a
-    fat-tree's lazy table, where :func:`reason_not` is ``None``; ``load`` is updated in place.
-    Returns the candidate numbers aligned with ``order``."""
-    shape = tree.layout.shape
-    n_aggs = shape.aggs
-    perm_t = tree.jord[0].tolist() if tree.num_pairs else list(range(n_aggs))
-    jt = np.asarray(perm_t, dtype=np.int64)
-    gsel = tree.layout.gorder[:1]  # [1, j, s] -> core g: cells in core-rank order
-    rows = shape.pods * n_aggs
-    core_up = _Links(np.take_along_axis(shape.agg_up, gsel, 2).reshape(rows, -1), load)
-    core_down = _Links(np.take_along_axis(shape.agg_down, gsel, 2).reshape(rows, -1), load)
-    pairs = problem.pair[order]
-    used = np.unique(pairs)
-    sources, u_row = np.unique(tree.u[used], return_inverse=True)
-    sinks, v_row = np.unique(tree.v[used], return_inverse=True)
-    leaf_up = _Links(shape.up[sources][:, jt], load)
-    leaf_down = _Links(shape.down[sinks][:, jt], load)
-    row_of = np.zeros((2, tree.num_pairs), dtype=np.int64)
-    row_of[0, used], row_of[1, used] = u_row.ravel(), v_row.ravel()
-    up_of, down_of = row_of.tolist()
+    fat-tree's lazy table, aligned with ``order``, ``load`` updated in place; ``None`` (and
+    ``load`` untouched) where a condition of the module doc fails."""
+    setup = _Setup(problem, tree, order, load)
+    if setup.reason is not None:
+        return None
+    n_aggs = tree.layout.shape.aggs
+    used, local, weights = setup.used, setup.local, setup.weights
+    perm_t: list[int] = setup.perm_t.tolist()
+    leaf_up, leaf_down = setup.leaf_up, setup.leaf_down
+    core_up, core_down = setup.core_up, setup.core_down
+    up_of: list[int] = setup.u_row.ravel().tolist()
+    down_of: list[int] = setup.v_row.ravel().tolist()
     up_levels, down_levels = leaf_up.levels, leaf_down.levels
     cu_levels, cd_levels = core_up.levels, core_down.levels
-    positions = _bits(tree.count > 0)  # per pair: positions with a candidate
-    usable = _bits(tree.core_ok)  # per (pod pair, j): usable cores in rank order
-    far = tree.far.tolist()
-    pp = tree.pp.tolist()
-    src_pod = tree.pod_pairs[:, 0].tolist()
-    dst_pod = tree.pod_pairs[:, 1].tolist()
+    positions, usable = setup.positions, setup.usable
+    far: list[bool] = setup.far.tolist()
+    pp: list[int] = setup.q_of.tolist()
+    su_of: list[int] = setup.su_of.tolist()
+    sd_of: list[int] = setup.sd_of.tolist()
     inf = math.inf
     padded, pad_load = tree.width > 2, float(load[problem.pad])
     chosen_t = np.empty(len(order), dtype=np.int64)
     chosen_rank = np.zeros(len(order), dtype=np.int64)
 
-    for n, (p, w) in enumerate(zip(pairs.tolist(), problem.weight[order].tolist(), strict=True)):
+    for n, (p, w) in enumerate(zip(local.tolist(), weights.tolist(), strict=True)):
         u, v = up_of[p], down_of[p]
         lu, ld = up_levels[u], down_levels[v]
         allowed = positions[p]
@@ -188,7 +244,7 @@ def place_by_levels(
                 pad_load += w
         else:
             q = pp[p]
-            su, sd = src_pod[q] * n_aggs, dst_pod[q] * n_aggs
+            su, sd = su_of[q], sd_of[q]
             qa = q * n_aggs
             best1, best2, t = inf, inf, n_aggs
             best_cells = 0
@@ -235,6 +291,7 @@ def place_by_levels(
     for links in (leaf_up, leaf_down, core_up, core_down):
         links.write(load)
     load[problem.pad] = pad_load
-    first = np.cumsum(tree.count, axis=1) - tree.count
-    out: IntArray = first[pairs, chosen_t] + chosen_rank
+    count = tree.count[used]
+    first = np.cumsum(count, axis=1) - count
+    out: IntArray = first[local, chosen_t] + chosen_rank
     return out

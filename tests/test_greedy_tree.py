@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planning_cases import flow_sets, make_flows, ports, switch_links
 
-from solver.greedy import place_greedy
-from solver.greedytree import reason_not
+from solver.greedy import greedy_order, place_greedy
+from solver.greedytree import place_by_levels, reason_not
 from solver.problem import TOLERANCE, Problem, build_problem
 from topology.generators import FatTreeParams, fat_tree
 from topology.index import FloatArray, IntArray
@@ -72,10 +72,22 @@ def test_levels_choose_as_the_plain_rule(data: st.DataObject) -> None:
     start = np.random.default_rng(seed).integers(0, 4, lazy.pad + 1).astype(np.float64)
     start[lazy.pad] = 0.0
     assert (reason_not(lazy, lazy.tree, cross, start) is None) == (whole or not len(cross))
-    fast, slow = start.copy(), start.copy()
-    chosen = place_greedy(lazy, cross, fast)
-    assert chosen.tolist() == reference_greedy(dense, cross, slow)
+    slow = start.copy()
+    expected = reference_greedy(dense, cross, slow)
+    fast = start.copy()
+    assert place_greedy(lazy, cross, fast).tolist() == expected  # levels or grids by size
     assert np.array_equal(fast, slow)
+    levels = start.copy()
+    order = greedy_order(lazy, cross)
+    found = place_by_levels(lazy, lazy.tree, order, levels)
+    if not whole and len(cross):
+        assert found is None and np.array_equal(levels, start)
+    else:
+        assert found is not None
+        chosen = np.empty(len(cross), dtype=np.int64)
+        chosen[np.searchsorted(cross, order)] = found
+        assert chosen.tolist() == expected
+        assert np.array_equal(levels, slow)
 
 
 def _tie_case() -> tuple[Problem, IntArray, FloatArray, list[tuple[int, ...]]]:
@@ -108,40 +120,50 @@ def _tie_case() -> tuple[Problem, IntArray, FloatArray, list[tuple[int, ...]]]:
     return problem, problem.cross, load, paths
 
 
+def _choose(problem: Problem, cross: IntArray, load: FloatArray) -> int:
+    """The one flow's candidate by levels, checked equal to greedy's (its grid pass here)."""
+    assert problem.tree is not None
+    found = place_by_levels(problem, problem.tree, cross, load.copy())
+    assert found is not None
+    assert found.tolist() == place_greedy(problem, cross, load.copy()).tolist()
+    return int(found[0])
+
+
 def test_ties_go_to_the_least_sum_then_candidate_order() -> None:
     """Fails if the tie-break differs: with every cell at the same peak, the least sum wins
     over candidate order; with two cells at the least sum too, the first in order wins; a
     lesser peak wins over a lesser sum. Each case is asked of the level form (its conditions
-    hold) and of the grid pass over a dense table, which must agree."""
+    hold) and of greedy's grid pass, which must agree."""
     problem, cross, load, paths = _tie_case()
     tree = problem.tree
     assert tree is not None and reason_not(problem, tree, cross, load) is None
     rows = [tuple(r) for r in problem.candidates(0).tolist()]
     assert rows == paths  # candidate order: position, then core
-    chosen = place_greedy(problem, cross, load.copy())
-    assert rows[int(chosen[0])] == paths[3]  # the least sum, not the first cell
+    chosen = _choose(problem, cross, load)
+    assert rows[chosen] == paths[3]  # the least sum, not the first cell
     level = load.copy()
     level[paths[1][1]] = 0  # cell (0, 1) now sums to 5 as well: first in order of the two
-    assert rows[int(place_greedy(problem, cross, level)[0])] == paths[1]
+    assert rows[_choose(problem, cross, level)] == paths[1]
     peak = np.zeros_like(load)  # the least peak wins over a lesser sum
     peak[paths[0][0]] = 2  # position 0: peak 3, sums 3 + 1 + 1 + 1 = 6
     peak[paths[2][0]] = peak[paths[2][3]] = 1  # position 1: leaf links at 1
     peak[paths[2][1]] = peak[paths[2][2]] = 1  # cell (1, 0): peak 2, sum 8
     peak[paths[3][1]] = 2  # cell (1, 1): peak 3
-    assert rows[int(place_greedy(problem, cross, peak)[0])] == paths[2]
+    assert rows[_choose(problem, cross, peak)] == paths[2]
 
 
 def test_outside_its_conditions_it_says_why() -> None:
-    """Halves, negative loads, loads the tolerance cannot separate: the level form declines."""
-    problem, cross, load, _ = _tie_case()
+    """Halves, loads the tolerance cannot separate, weights of 1.5 on links the flows may
+    take: the level form declines (and greedy's grid pass places the flows)."""
+    problem, cross, load, paths = _tie_case()
     tree = problem.tree
     assert tree is not None
     assert reason_not(problem, tree, cross, load) is None
     half = load.copy()
-    half[0] = 0.5
+    half[paths[1][2]] = 0.5  # a link the flow may take
     assert reason_not(problem, tree, cross, half) == "loads are not whole numbers >= 0"
     huge = load.copy()
-    huge[0] = 1e9
+    huge[paths[2][0]] = 1e9
     assert "tolerance" in str(reason_not(problem, tree, cross, huge))
     heavy = build_problem(TREES["k4"], make_flows(TREES["k4"], [(0, 9)], None), np.full(1, 1.5))
     assert heavy.tree is not None
