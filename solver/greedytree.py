@@ -51,7 +51,7 @@ __all__ = ["LEVELS_FROM", "place_by_levels", "reason_not"]
 
 LEVELS_FROM = 32
 """Calls with fewer flows keep greedy's grid pass: gathering a call's levels costs ~0.3 ms,
-about ten flows of the grid pass, and a 16k-GPU ring's greedy is 400 calls of one or two flows
+about ten flows of the grid pass, and a 16k-GPU ring's greedy is 400 calls of 1 or 8 flows
 (one per component). Both give the same choices; this is only which is quicker."""
 
 _MAX_BITS = 62
