@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from solver.coloring import assign_spines, assign_spines_stable
+from solver.greedytree import LEVELS_FROM, place_by_levels
 from solver.problem import TOLERANCE, Problem
 from solver.treecandidates import TreeCandidates
 from topology.index import FloatArray, IntArray
@@ -47,7 +48,11 @@ def place_greedy(problem: Problem, flows: IntArray, load: FloatArray) -> IntArra
     """Choose a candidate for each of ``flows`` (cross-leaf) on top of ``load``.
 
     ``load`` (per resource, plus the pad) is updated in place with the placed flows. Returns the
-    choices aligned with ``flows``.
+    choices aligned with ``flows``. The same choices are reached three ways: on two tiers in
+    rounds of flows sharing no leaf (:func:`_place_two_tier`); on a fat-tree's lazy table by
+    load levels (:mod:`solver.greedytree`) when its conditions hold (one power-of-two link
+    scale, whole weights and loads), else over cached (agg, core) grids (:class:`_Grid`); and
+    row by row otherwise.
     """
     choice = np.full(len(flows), -1, dtype=np.int64)
     if not len(flows):
@@ -56,10 +61,16 @@ def place_greedy(problem: Problem, flows: IntArray, load: FloatArray) -> IntArra
         return _place_two_tier(problem, flows, load)
     position = np.empty(problem.num_flows, dtype=np.int64)
     position[flows] = np.arange(len(flows))
+    tree = problem.tree
+    if tree is not None and len(flows) >= LEVELS_FROM:
+        order = greedy_order(problem, flows)
+        found = place_by_levels(problem, tree, order, load)
+        if found is not None:
+            choice[position[order]] = found
+            return choice
     cache: dict[int, tuple[IntArray, FloatArray]] = {}
     weights = problem.weight
     pairs = problem.pair
-    tree = problem.tree
     grid_of: dict[int, _Grid] = {} if tree is None else _grids(problem, tree, pairs[flows])
     for f in greedy_order(problem, flows).tolist():
         p = int(pairs[f])
