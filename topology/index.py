@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -78,12 +78,12 @@ class FabricIndex:
             nics = host.nics
             if check and len(nics) > 1 and len({nic.name for nic in nics}) != len(nics):
                 raise Unsound("NIC names repeat in a host")
-            first = len(names)
+            start = len(names)
             for rail, nic in enumerate(nics):
                 for number, port in enumerate(nic.ports):
                     ports.append(PortInfo(host, nic, port, rail, number, len(names)))
                     names.append(prefix + port.name)
-            if check and len(names) - first > 1 and len(set(names[first:])) != len(names) - first:
+            if check and len(names) - start > 1 and len(set(names[start:])) != len(names) - start:
                 raise Unsound("port names repeat in a host")
         self.node_names: tuple[str, ...] = tuple(names)
         self.node_of: dict[str, int] = {n: i for i, n in enumerate(names)}
@@ -321,7 +321,7 @@ def _check_addresses(fabric: Fabric, ports: list[PortInfo]) -> None:
     """Every NIC port and switch address distinct, compared as (kind, integer value), which
     is how ``ipaddress`` compares them: hashing the address objects runs their Python
     ``__hash__`` (a hex string each), 20 ms at 16k GPUs."""
-    addresses: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [p.port.address for p in ports]
+    addresses: list[Any] = [p.port.address for p in ports]
     for switch in fabric.switches:
         if switch.mgmt_address is not None:
             addresses.append(switch.mgmt_address)
