@@ -114,3 +114,23 @@ def test_uncabled_port_refused_through_the_kept_index() -> None:
     )
     with pytest.raises(JobError, match="NIC port 'hlonely:nic0p0' is not cabled"):
         check_jobs(grown, jobs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_fast_ipv4_builds_the_address_the_constructor_builds(value: int) -> None:
+    """``fast_ipv4`` skips ``IPv4Address``'s constructor: the object must behave as the
+    constructor's in every way the model uses (value, hash, text, ordering, packed form)."""
+    import ipaddress
+    import pickle
+
+    from topology.addresses import fast_ipv4
+
+    text = str(ipaddress.IPv4Address(value))
+    fast, ref = fast_ipv4(text), ipaddress.IPv4Address(text)
+    assert type(fast) is ipaddress.IPv4Address
+    assert (fast == ref, hash(fast) == hash(ref), str(fast), fast.packed) == (
+        True, True, text, ref.packed,
+    )  # fmt: skip
+    assert int(fast) == value and pickle.loads(pickle.dumps(fast)) == ref
+    assert not fast < ref and not ref < fast
