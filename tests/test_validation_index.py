@@ -134,3 +134,20 @@ def test_fast_ipv4_builds_the_address_the_constructor_builds(value: int) -> None
     )  # fmt: skip
     assert int(fast) == value and pickle.loads(pickle.dumps(fast)) == ref
     assert not fast < ref and not ref < fast
+
+
+def test_parallel_link_error_is_one_line_naming_the_fix() -> None:
+    """The reason once held '; ', which the error splitter read as a second problem with an
+    empty reason ('model a bundle ...: ')."""
+    from topology.errors import FabricFileError
+    from topology.formats import validate_data
+
+    data = FABRICS[0].model_dump(mode="json")
+    first = data["links"][0]  # a host's port to its leaf
+    # A second link between the same two nodes: the leaf on another interface.
+    data["links"].append({"a": first["b"] + "9", "b": first["a"], "speed_gbps": 1})
+    with pytest.raises(FabricFileError) as caught:
+        validate_data(Fabric, data, "f.json")
+    text = str(caught.value)
+    assert "model a bundle as one link of the summed speed" in text
+    assert not any(line.rstrip().endswith(":") for line in text.splitlines()), text

@@ -430,7 +430,7 @@ def find_problems(fabric: Fabric) -> Iterator[FabricProblem]:
             yield FabricProblem(
                 path=f"links[{li}]",
                 reason=f"parallel link between {devices[0]!r} and {devices[1]!r} (also "
-                f"links[{device_pairs[pair]}]); model a bundle as one link of the summed speed",
+                f"links[{device_pairs[pair]}]): model a bundle as one link of the summed speed",
             )
         else:
             device_pairs[pair] = li
