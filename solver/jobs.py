@@ -304,7 +304,14 @@ def _nics_of_host(fabric: Fabric) -> NicMap:
         for host in fabric.hosts:  # a host always has NICs, a NIC always ports; but be exact
             found.setdefault(host.name, {})
         _NIC_MAPS[index] = found
+        out = index.out_resources
+        _UNCABLED[index] = frozenset(names[p.node] for p in index.ports if not out[p.node])
     return found
+
+
+_UNCABLED: weakref.WeakKeyDictionary[FabricIndex, frozenset[str]] = weakref.WeakKeyDictionary()
+"""Per fabric snapshot, the NIC port nodes with no link (usually none): the jobs check looks
+a rank's ports up here only when there are any, not port by port."""
 
 
 def _placement(
@@ -367,7 +374,8 @@ def checked_placements(
 def _job_problems(
     fabric: Fabric, jobs: JobsFile, placed: list[list[RankNic]]
 ) -> Iterator[tuple[str, str]]:
-    index = fabric.index
+    _nics_of_host(fabric)
+    uncabled = _UNCABLED[fabric.index]
     owner: dict[tuple[str, str], tuple[str, str]] = {}
     for i, job in enumerate(jobs.jobs):
         where = f"jobs[{i}]"
@@ -382,9 +390,10 @@ def _job_problems(
                 yield r.where, f"NIC {r.host}:{r.nic} is already used by job {other!r} ({other_at})"
                 continue
             owner[key] = (job.id, where)
-            for port in r.ports:
-                if not index.out_resources[index.node(port)]:
-                    yield r.where, f"NIC port {port!r} is not cabled"
+            if uncabled:
+                for port in r.ports:
+                    if port in uncabled:
+                        yield r.where, f"NIC port {port!r} is not cabled"
         if problems:
             continue  # rank numbers are unknown while the placement is wrong
         yield from _communicator_problems(job, ranks, where)

@@ -171,31 +171,39 @@ def derive_workload(fabric: Fabric, jobs: JobsFile, source: str | None = None) -
     flows: list[Flow] = []
     connections: list[Connection] = []
     communicators: list[Communicator] = []
+    add_flow, add_connection = flows.append, connections.append
     for job, ranks in zip(jobs.jobs, placed, strict=True):
+        job_id = job.id
         for spec in job.communicators:
             communicators.append(_communicator(fabric, job, spec, ranks))
             edges = pattern_edges(ranks, spec)
+            spec_id, spec_qps, spec_rate = spec.id, spec.qps_per_connection, spec.rate
             index = 0
-            for tree in range(spec.trees if spec.pattern is Pattern.TREE else 1):
+            trees = spec.trees if spec.pattern is Pattern.TREE else 1
+            for tree in range(trees):
+                # One tree (every pattern but trees): all edges, without a filter per channel.
+                in_tree = edges if trees == 1 else [e for e in edges if e.tree == tree]
                 for c in range(spec.channels):
                     channel = tree * spec.channels + c
-                    for edge in (e for e in edges if e.tree == tree):
-                        qps = edge.qps or spec.qps_per_connection
-                        rate = edge.rate or spec.rate
-                        connections.append(
+                    for edge in in_tree:
+                        src, dst = edge.src, edge.dst
+                        qps = edge.qps or spec_qps
+                        rate = edge.rate or spec_rate
+                        add_connection(
                             Connection(
-                                job.id, spec.id, index, edge.src.rank, edge.dst.rank, channel,
-                                edge.src.host, edge.src.nic, edge.dst.host, edge.dst.nic,
+                                job_id, spec_id, index, src.rank, dst.rank, channel,
+                                src.host, src.nic, dst.host, dst.nic,
                                 qps=qps, pairs=edge.pairs, tree=tree,
                             )
                         )  # fmt: skip
+                        src_ports, dst_ports = src.ports, dst.ports
                         for q in range(qps):
                             g = channel * qps + q
-                            flows.append(
+                            add_flow(
                                 Flow(
-                                    job.id, spec.id, index, q,
-                                    edge.src.ports[g % len(edge.src.ports)],
-                                    edge.dst.ports[g % len(edge.dst.ports)],
+                                    job_id, spec_id, index, q,
+                                    src_ports[g % len(src_ports)],
+                                    dst_ports[g % len(dst_ports)],
                                     rate,
                                 )
                             )  # fmt: skip

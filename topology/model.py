@@ -246,7 +246,14 @@ class Fabric(Frozen):
 
     @model_validator(mode="after")
     def _cross_references(self) -> Fabric:
-        if is_sound(self):  # the common case, checked with sets; else find out what is wrong
+        from topology.index import sound_index
+
+        # The common case: the soundness questions asked while numbering nodes and links, and
+        # the index kept (cached_property's slot), so nobody numbers them again; else find out
+        # what is wrong.
+        index = sound_index(self)
+        if index is not None:
+            self.__dict__["index"] = index
             return self
         problems = list(find_problems(self))
         if problems:
@@ -423,7 +430,7 @@ def find_problems(fabric: Fabric) -> Iterator[FabricProblem]:
             yield FabricProblem(
                 path=f"links[{li}]",
                 reason=f"parallel link between {devices[0]!r} and {devices[1]!r} (also "
-                f"links[{device_pairs[pair]}]); model a bundle as one link of the summed speed",
+                f"links[{device_pairs[pair]}]): model a bundle as one link of the summed speed",
             )
         else:
             device_pairs[pair] = li
@@ -437,49 +444,9 @@ def is_sound(fabric: Fabric) -> bool:
     0.3 s for a 16k-GPU fabric that has no problem at all. This asks the same questions of
     whole columns at once (are these names distinct, is every end a known port), and the
     validator runs :func:`find_problems` only when an answer is no, so errors read the same.
+    The questions are asked while building the fabric's index (:func:`topology.index.
+    sound_index`), which needs the same names and node lookups: validation keeps that index.
     """
-    switch_names = [s.name for s in fabric.switches]
-    host_names = [h.name for h in fabric.hosts]
-    switch_set, host_set = set(switch_names), set(host_names)
-    if len(switch_set) + len(host_set) != len(switch_set | host_set) or (
-        len(switch_set) != len(switch_names) or len(host_set) != len(host_names)
-    ):
-        return False
-    port_nodes: set[str] = set()
-    addresses: list[Any] = []
-    for host in fabric.hosts:
-        nics = host.nics
-        if len(nics) > 1 and len({nic.name for nic in nics}) != len(nics):
-            return False
-        ports = [port for nic in nics for port in nic.ports]
-        if len(ports) > 1 and len({port.name for port in ports}) != len(ports):
-            return False
-        prefix = host.name + ":"
-        port_nodes.update(prefix + port.name for port in ports)
-        addresses.extend(port.address for port in ports)
-    for switch in fabric.switches:
-        if switch.mgmt_address is not None:
-            addresses.append(switch.mgmt_address)
-        addresses.extend(owned.address for owned in switch.addresses)
-    # Compared as (kind, integer value), which is how ``ipaddress`` compares them: hashing
-    # the address objects runs their Python ``__hash__`` (a hex string each), 20 ms at 16k.
-    if len({(type(a), a._ip) for a in addresses}) != len(addresses):
-        return False
-    ends = [end for link in fabric.links for end in (link.a, link.b)]
-    if len(set(ends)) != len(ends):
-        return False
-    nodes: list[str] = []
-    for end in ends:
-        device = end.partition(":")[0]
-        if device in switch_set:
-            nodes.append(device)
-        elif device in host_set and end in port_nodes:
-            nodes.append(end)
-        else:
-            return False
-    pairs = set()
-    for a, b in zip(nodes[0::2], nodes[1::2], strict=True):
-        if a == b or (":" in a and ":" in b):  # a loop, or two hosts joined
-            return False
-        pairs.add((a, b) if a < b else (b, a))
-    return len(pairs) == len(fabric.links)
+    from topology.index import sound_index
+
+    return sound_index(fabric) is not None
