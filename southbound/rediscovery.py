@@ -87,9 +87,36 @@ class Verdict:
     reason: str = ""
 
 
+def _links_per_switch(fabric: Fabric) -> dict[str, int]:
+    switches = {s.name for s in fabric.switches}
+    count = dict.fromkeys(switches, 0)
+    for link in fabric.links:
+        for end in link.ends:
+            node = end.split(":", 1)[0]
+            if node in switches:
+                count[node] += 1
+    return count
+
+
 def judge(old: Fabric, new: Fabric, *, fraction: float = SUSPECT_FRACTION) -> Verdict:
     """Accept ``new`` unless it lost most of ``old`` (fewer than ``fraction`` of its links or
-    switches remain): that is what a collector outage looks like, not a recabling."""
+    switches remain), or a switch still in it lost every one of its links: that is what a
+    collector outage looks like, not a recabling.
+
+    The per-switch rule is for the *partial* outage: a round in which a few agents answer with
+    empty trees (restarting, or caught half-way while a collector breaks) keeps most of the
+    fabric, yet would strip those switches of every cable, host links included. Technicians
+    move cables; they do not unplug all of a switch between two rounds, and a switch that is
+    really gone stops answering (its links go down through the neighbours' status)."""
+    before, after = _links_per_switch(old), _links_per_switch(new)
+    stripped = sorted(name for name, n in before.items() if n and after.get(name) == 0)
+    if stripped:
+        shown = ", ".join(stripped[:4]) + (f" (+{len(stripped) - 4})" if len(stripped) > 4 else "")
+        return Verdict(
+            False,
+            f"{len(stripped)} switch(es) answered with none of their links ({shown}): "
+            "held as suspect (agent restarting or collector outage?)",
+        )
     kept_links = len(_by_ends(old).keys() & _by_ends(new).keys())
     kept_switches = len({s.name for s in old.switches} & {s.name for s in new.switches})
     if old.links and kept_links < fraction * len(old.links):

@@ -93,6 +93,23 @@ def test_judge_and_diff_are_pure() -> None:
     assert judge(fabric, fabric).accepted
 
 
+def test_a_switch_answering_with_none_of_its_links_is_suspect() -> None:
+    """A partial outage: most of the fabric stays, but one switch's answer is empty. Taking
+    it would pull every cable of that switch (host links too), so it is held as suspect."""
+    fabric = small_fabric("leaf-spine")
+    leaf = fabric.switches[0].name
+    stripped = tuple(
+        link for link in fabric.links if leaf not in (e.split(":")[0] for e in link.ends)
+    )
+    assert len(stripped) >= len(fabric.links) / 2  # the fraction rule alone would accept it
+    verdict = judge(fabric, fabric.model_copy(update={"links": stripped}))
+    assert not verdict.accepted
+    assert f"({leaf})" in verdict.reason and "held as suspect" in verdict.reason
+    # A real recabling keeps every switch cabled: one uplink gone is a change, not suspect.
+    one_less = tuple(link for link in fabric.links if link.id != stripped[-1].id)
+    assert judge(fabric, fabric.model_copy(update={"links": one_less})).accepted
+
+
 def test_serve_refuses_an_empty_discovery_and_logs_transitions(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
