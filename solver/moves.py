@@ -58,6 +58,12 @@ __all__ = ["FewestMoves", "fewest_moves"]
 MAX_ROUNDS = 12
 """Rounds of constraint generation before giving up on a proof."""
 
+EVERYTHING_ENTRIES = 5_000_000
+"""Largest round with every resource in ``W`` (footprint-resource entries of its model): the
+2-tier 16,384-GPU ladder component is 4.2 million (its LP proves the minimum in about 30 s);
+a 3-tier one, whose footprints are then whole 4-link paths, is several times that and would
+need tens of GB, so fat-trees keep growing ``W`` by siblings."""
+
 
 @dataclass(frozen=True)
 class FewestMoves:
@@ -122,6 +128,13 @@ class _Neighbourhood:
         key = key_all[resources]
         del up
         return np.flatnonzero(np.isin(key_all, key))
+
+    def entries(self, inside: BoolArray) -> int:
+        """Footprint-resource entries of the round for ``W = inside``, at most."""
+        pairs = self.problem.pair[self.flows[self.free(inside)]]
+        pairs = pairs[pairs >= 0]
+        widths = np.minimum(self.problem.hops[pairs], int(inside.sum()))
+        return int((self.problem.num_candidates(pairs) * widths).sum())
 
     def everything(self) -> BoolArray:
         """``W`` = every switch-to-switch resource (the relaxation is then the problem
@@ -417,8 +430,14 @@ def fewest_moves(
             if best_moves is None or moves < best_moves:
                 best, best_moves = choice, moves
             break
-        if lower <= last and rounds > 1 and not inside[hood.everything()].all():
-            inside = hood.everything()  # growing stalled: the whole problem, in one round
+        whole = hood.everything()
+        if (
+            lower <= last
+            and rounds > 1
+            and not inside[whole].all()
+            and hood.entries(whole) <= EVERYTHING_ENTRIES
+        ):
+            inside = whole  # growing stalled: the whole problem, in one round
         else:
             inside[hood.siblings(over)] = True
         last = lower
