@@ -18,7 +18,10 @@ from ortools.sat.python import cp_model
 from planning_cases import assert_valid, make_flows, ports, switch_links
 
 from solver.flows import Flow
+from solver.moves import FewestMoves
 from solver.planner import plan
+from solver.problem import Problem
+from solver.result import Plan
 from topology.generators import (
     FatTreeParams,
     LeafSpineParams,
@@ -214,6 +217,30 @@ def test_restores_reach_the_optimum_with_the_fewest_moves(
     assert after.min_moves <= least <= len(after.moved) <= 1.1 * least
 
 
+def _relaxed_moves(
+    problem: Problem, before: Plan, after: Plan, seconds: float
+) -> list[FewestMoves]:
+    """:func:`solver.moves.fewest_moves` on every part of ``problem``, from ``before``'s paths
+    to the utilization ``after`` reaches there (no incumbent: the relaxation's own search)."""
+    import numpy as np
+
+    from solver.incremental import match_previous
+    from solver.moves import fewest_moves as neighbourhood_moves
+
+    prior = match_previous(problem, before.flows, before.paths, before.snapshot)
+    now = match_previous(problem, after.flows, after.paths, after.snapshot)
+    out = []
+    for members, resources in zip(
+        problem.component_flows(), problem.component_resources(), strict=True
+    ):
+        mine = np.where(prior.had[members], prior.choice[members], -2)
+        z = problem.measure(
+            problem.loads(members, now.choice[members]), resources=resources
+        ).max_utilization
+        out.append(neighbourhood_moves(problem, members, mine, z, time_limit=seconds))
+    return out
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(degraded())
 def test_the_relaxation_bound_on_moves_never_exceeds_the_exact_minimum(
@@ -224,8 +251,6 @@ def test_the_relaxation_bound_on_moves_never_exceeds_the_exact_minimum(
     claims proven is the minimum."""
     import numpy as np
 
-    from solver.incremental import match_previous
-    from solver.moves import fewest_moves as neighbourhood_moves
     from solver.problem import build_problem
 
     name, snapshot, flows = case
@@ -233,21 +258,12 @@ def test_the_relaxation_bound_on_moves_never_exceeds_the_exact_minimum(
     before = plan(FABRICS[name], flows, budget=10)
     after = plan(snapshot, flows, before, budget=10)
     problem = build_problem(snapshot, flows, np.ones(len(flows)))
-    prior = match_previous(problem, before.flows, before.paths, before.snapshot)
-    now = match_previous(problem, after.flows, after.paths, after.snapshot)
     bound = found = 0
     proven = True
-    for members, resources in zip(
-        problem.component_flows(), problem.component_resources(), strict=True
-    ):
-        mine = np.where(prior.had[members], prior.choice[members], -2)
-        z = problem.measure(
-            problem.loads(members, now.choice[members]), resources=resources
-        ).max_utilization
-        out = neighbourhood_moves(problem, members, mine, z)  # no incumbent: its own search
+    for out in _relaxed_moves(problem, before, after, 1.0):  # no incumbent: its own search
         bound += out.bound
         proven = proven and out.proven
-        found += out.moves if out.moves is not None else len(members)
+        found += out.moves if out.moves is not None else len(flows)
     least = fewest_moves(snapshot, flows, before.paths, after=after.paths)
     assert bound <= least
     if proven:
@@ -549,12 +565,9 @@ def test_fewest_moves_on_a_full_fabric_proves_the_independent_minimum() -> None:
     relaxation (LP rounds on a growing neighbourhood, no incumbent given) proves the exact
     minimum that the independent CP-SAT model of this file finds, and needs more than the
     first round to do it (so the growth of ``W`` is exercised, not only the seed)."""
-    import numpy as np
 
     from c4p.bench import permutation_jobs
     from c4p.bench_failures import failures
-    from solver.incremental import match_previous
-    from solver.moves import fewest_moves as neighbourhood_moves
     from solver.patterns import derive_workload
     from solver.planner import flow_weights
     from solver.problem import build_problem
@@ -569,17 +582,8 @@ def test_fewest_moves_on_a_full_fabric_proves_the_independent_minimum() -> None:
     after = plan(snapshot, workload, healthy, budget=5)
     flows, weight = flow_weights(workload)
     problem = build_problem(snapshot, flows, weight)
-    prior = match_previous(problem, healthy.flows, healthy.paths, healthy.snapshot)
-    now = match_previous(problem, after.flows, after.paths, after.snapshot)
     total, rounds = 0, []
-    for members, resources in zip(
-        problem.component_flows(), problem.component_resources(), strict=True
-    ):
-        mine = np.where(prior.had[members], prior.choice[members], -2)
-        z = problem.measure(
-            problem.loads(members, now.choice[members]), resources=resources
-        ).max_utilization
-        out = neighbourhood_moves(problem, members, mine, z, time_limit=60)
+    for out in _relaxed_moves(problem, healthy, after, 60.0):
         assert out.proven and out.moves is not None and out.choice is not None
         assert out.moves == out.bound
         total += out.moves
