@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
@@ -20,7 +21,7 @@ from planning_cases import assert_valid, make_flows, ports, switch_links
 from solver.flows import Flow
 from solver.moves import FewestMoves
 from solver.planner import plan
-from solver.problem import Problem
+from solver.problem import Problem, build_problem
 from solver.result import Plan
 from topology.generators import (
     FatTreeParams,
@@ -591,3 +592,57 @@ def test_fewest_moves_on_a_full_fabric_proves_the_independent_minimum() -> None:
     least = fewest_moves(snapshot, list(workload.flows), healthy.paths, after=after.paths)
     assert total == least
     assert max(rounds) > 1
+
+
+@pytest.mark.parametrize(
+    ("k", "seed", "kind"),
+    [
+        (4, 2, "uplink (light)"),
+        (4, 2, "spine down"),
+        (4, 2, "two random links"),
+        (6, 3, "uplink (light)"),
+        (6, 3, "spine drained"),
+    ],
+)
+def test_the_fat_tree_moves_bound_never_exceeds_the_independent_minimum(
+    k: int, seed: int, kind: str
+) -> None:
+    """:func:`solver.treefewest.tree_moves_bound` (an LP over per-agg and per-core counts) on
+    full fat-trees (a shuffled exchange) after a failure, against the independent CP-SAT
+    minimum over routing's own paths: a bound, and stronger than the planner's counting bound
+    (which only counts the flows that crossed a failed link and the excess per layer)."""
+    import numpy as np
+
+    from c4p.bench import permutation_jobs
+    from c4p.bench_failures import failures
+    from solver.fattree import analyse
+    from solver.incremental import match_previous
+    from solver.patterns import derive_workload
+    from solver.planner import flow_weights
+    from solver.treefewest import tree_moves_bound
+
+    fabric = fat_tree(FatTreeParams.model_validate({"k": k}))
+    workload = derive_workload(fabric, permutation_jobs(2, seed=seed)(fabric))
+    healthy = plan(fabric, workload, budget=5)
+    snapshot = fabric.with_link_status(failures(fabric, healthy)[kind])
+    after = plan(snapshot, workload, healthy, budget=5)
+    flows, weight = flow_weights(workload)
+    problem = build_problem(snapshot, flows, weight)
+    prior = match_previous(problem, healthy.flows, healthy.paths, healthy.snapshot)
+    now = match_previous(problem, after.flows, after.paths, after.snapshot)
+    shape = analyse(snapshot, ignore_status=True)
+    assert not isinstance(shape, str)
+    bound = 0
+    for members, resources in zip(
+        problem.component_flows(), problem.component_resources(), strict=True
+    ):
+        mine = np.where(prior.had[members], prior.choice[members], -2)
+        z = problem.measure(
+            problem.loads(members, now.choice[members]), resources=resources
+        ).max_utilization
+        part, note = tree_moves_bound(problem, members, mine, shape, z, 30.0)
+        assert part is not None, note
+        bound += part
+    least = fewest_moves(snapshot, list(workload.flows), healthy.paths, after=after.paths)
+    assert bound <= least
+    assert after.min_moves is not None and bound > after.min_moves  # more than counting gives
