@@ -11,6 +11,7 @@ orientation does not matter), :func:`judge` the rule.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from southbound.observed import Observed
@@ -98,16 +99,34 @@ def _links_per_switch(fabric: Fabric) -> dict[str, int]:
     return count
 
 
-def judge(old: Fabric, new: Fabric, *, fraction: float = SUSPECT_FRACTION) -> Verdict:
+def judge(
+    old: Fabric,
+    new: Fabric,
+    *,
+    fraction: float = SUSPECT_FRACTION,
+    fell_silent: Sequence[str] = (),
+) -> Verdict:
     """Accept ``new`` unless it lost most of ``old`` (fewer than ``fraction`` of its links or
-    switches remain), or a switch still in it lost every one of its links: that is what a
-    collector outage looks like, not a recabling.
+    switches remain), or a switch still in it lost every one of its links, or a switch that
+    listed LLDP neighbours in the accepted round lists none now (``fell_silent``): that is
+    what a collector outage looks like, not a recabling.
 
-    The per-switch rule is for the *partial* outage: a round in which a few agents answer with
-    empty trees (restarting, or caught half-way while a collector breaks) keeps most of the
-    fabric, yet would strip those switches of every cable, host links included. Technicians
-    move cables; they do not unplug all of a switch between two rounds, and a switch that is
-    really gone stops answering (its links go down through the neighbours' status)."""
+    The per-switch rules are for the *partial* outage: a round in which a few agents answer
+    with empty trees (restarting, or caught half-way while a collector breaks) keeps most of
+    the fabric, yet would drop every link that only those switches report (host links) or
+    that both ends report (two of them silent at once). Technicians move cables; they do not
+    unplug all of a switch between two rounds, and a switch that is really gone stops
+    answering (its links go down through the neighbours' status). A switch that never
+    listed neighbours (LLDP off) is not in ``fell_silent``, so it holds nothing up."""
+    if fell_silent:
+        shown = ", ".join(fell_silent[:4]) + (
+            f" (+{len(fell_silent) - 4})" if len(fell_silent) > 4 else ""
+        )
+        return Verdict(
+            False,
+            f"{len(fell_silent)} switch(es) list no LLDP neighbours since the accepted round "
+            f"({shown}): held as suspect (agent restarting or collector outage?)",
+        )
     before, after = _links_per_switch(old), _links_per_switch(new)
     stripped = sorted(name for name, n in before.items() if n and after.get(name) == 0)
     if stripped:

@@ -75,9 +75,7 @@ def test_a_recabling_is_a_wiring_change_and_an_outage_is_suspect() -> None:
         assert "2 link(s) gone" in keys[0].detail and "2 link(s) new" in keys[0].detail
         # Most switches answer, but with nothing (an agent restarting, a broken collector):
         # the snapshot is held as suspect and nothing is reported to the controller.
-        for switch in emu.switches:
-            emu.set_raw(switch, "/interfaces", b"{}")
-            emu.set_raw(switch, "/lldp", b"{}")
+        emu.set_raws(emu.switches, {"/interfaces": b"{}", "/lldp": b"{}"})
         fleet.discover()
         assert watch.rediscover() == "suspect"
         assert len(links) == 2 and len(keys) == 1
@@ -105,6 +103,10 @@ def test_a_switch_answering_with_none_of_its_links_is_suspect() -> None:
     verdict = judge(fabric, fabric.model_copy(update={"links": stripped}))
     assert not verdict.accepted
     assert f"({leaf})" in verdict.reason and "held as suspect" in verdict.reason
+    # A switch that listed LLDP neighbours and lists none now holds the round, even where
+    # its links survive through the other ends' answers (here: the very same fabric).
+    silent = judge(fabric, fabric, fell_silent=[leaf])
+    assert not silent.accepted and leaf in silent.reason and "no LLDP neighbours" in silent.reason
     # A real recabling keeps every switch cabled: one uplink gone is a change, not suspect.
     one_less = tuple(link for link in fabric.links if link.id != stripped[-1].id)
     assert judge(fabric, fabric.model_copy(update={"links": one_less})).accepted

@@ -71,9 +71,7 @@ def test_a_cable_moved_while_serving_rebinds_only_the_job_on_it(tmp_path: Path) 
                     assert wb.mirror.updates == updates_b and _bindings(wb) == before_b
                     after = {"a": _bindings(wa), "b": _bindings(wb)}
                     # A collector outage: every switch answers with nothing. Held as suspect.
-                    for switch in emu.switches:
-                        emu.set_raw(switch, "/interfaces", b"{}")
-                        emu.set_raw(switch, "/lldp", b"{}")
+                    emu.set_raws(emu.switches, {"/interfaces": b"{}", "/lldp": b"{}"})
                     runtime.fleet.discover()  # one round of Gets answered with nothing
                     suspect = runtime.watch.suspect
                     assert wait_until(lambda: suspect._value.get() == 1, 30)  # noqa: SLF001

@@ -59,6 +59,8 @@ class FabricWatch:
         self._offer = offer
         self.in_force = fabric
         self.accepted = fabric
+        self._speaking = self._with_neighbours()
+        """Switches whose answers in the accepted round listed LLDP neighbours."""
         self._observe_link = observe_link
         self._enqueue = enqueue
         self._clock = clock
@@ -141,7 +143,8 @@ class FabricWatch:
         with self._lock:
             result = self.fleet.snapshot()
             new = result.fabric
-            verdict = judge(self.accepted, new)
+            speaking = self._with_neighbours()
+            verdict = judge(self.accepted, new, fell_silent=sorted(self._speaking - speaking))
             if not verdict.accepted:
                 self.suspect.set(1)
                 log.warning(
@@ -153,6 +156,7 @@ class FabricWatch:
             self.suspect.set(0)
             change = wiring_change(self.accepted, new)
             self.accepted = new
+            self._speaking = speaking
             if change.empty:
                 return "unchanged"
             self.wiring_changes.inc()
@@ -187,6 +191,15 @@ class FabricWatch:
                         )
             self._enqueue(Key(KeyKind.WIRING, "rediscovery", change.summary(), force=True))
             return "changed"
+
+    def _with_neighbours(self) -> set[str]:
+        """Switches whose last answers listed at least one LLDP neighbour."""
+        out = set()
+        for name in self.fleet.status():
+            seen = self.fleet.observation(name)
+            if seen is not None and seen.neighbors:
+                out.add(name)
+        return out
 
     def _offered(self, new: Fabric, change: WiringChange) -> str:
         """Hand the new snapshot to the controller (it swaps it in at its next step)."""

@@ -425,8 +425,15 @@ class FabricEmulator:
 
     def set_raw(self, switch: str, subtree: str, payload: bytes) -> None:
         """Answer a Get of ``subtree`` (e.g. ``/lldp/interfaces``) with these raw bytes."""
+        self.set_raws([switch], {subtree: payload})
+
+    def set_raws(self, switches: Iterable[str], answers: Mapping[str, bytes]) -> None:
+        """Answer Gets of each subtree of ``answers`` with its raw bytes on all ``switches`` at
+        once: a discovery round running meanwhile sees all of them or none (a whole-fabric
+        collector outage, not a half-made one)."""
         with self._lock:
-            self._faults[switch].raw[subtree] = payload
+            for switch in switches:
+                self._faults[switch].raw.update(answers)
 
     def set_delay(self, switch: str, seconds: float) -> None:
         """Make every unary answer of ``switch`` wait this long."""
