@@ -47,7 +47,7 @@ from solver.ecmp import ecmp_paths
 from solver.fattree import FatTreeShape, analyse
 from solver.flows import Workload
 from solver.incremental import match_previous
-from solver.moves import fewest_moves
+from solver.moves import FewestMoves, fewest_moves
 from solver.patterns import derive_workload
 from solver.planner import flow_weights, plan
 from solver.problem import build_problem
@@ -284,12 +284,15 @@ def least_moves(
             total += moves
             found_total += moves
             continue
-        found = fewest_moves(problem, members, mine, z, chosen, time_limit=seconds)
+        if tree is None:
+            found = fewest_moves(problem, members, mine, z, chosen, time_limit=seconds)
+        else:  # its relaxation grows by links on a fat-tree and proves less than ``tree``
+            found = FewestMoves(None, None, 0, False, "fat-tree: the aggregated bound instead")
         bound = max(found.bound, tree or 0)
         total += bound
         best = min(moves, found.moves if found.moves is not None else moves)
         if not found.proven and best > bound:
-            deadline = time.perf_counter() + seconds
+            deadline = time.perf_counter() + SEARCH_SECONDS
             ahead = repair(problem, members, mine, z, lookahead=LOOKAHEAD, deadline=deadline)
             together = repair(problem, members, mine, z, joint=True)  # a fraction of a second
             for found_by in (ahead, together):
@@ -300,6 +303,10 @@ def least_moves(
         found_total += best
     return total, proven, found_total
 
+
+SEARCH_SECONDS = 20.0
+"""Time for the repairs that look ahead over their chains, where the minimum is not proven
+(the fewest moves found, the upper end of a range)."""
 
 TREE_BOUND_SECONDS = 600.0
 """Time for the fat-tree moves bound's LP (:mod:`solver.treefewest`): 6-150 s at 4,096 GPUs
