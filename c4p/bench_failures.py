@@ -310,7 +310,7 @@ SEARCH_SECONDS = 20.0
 
 TREE_BOUND_SECONDS = 600.0
 """Time for the fat-tree moves bound's LP (:mod:`solver.treefewest`): 6-150 s at 4,096 GPUs
-on a loaded machine, more at 16,384."""
+on a loaded machine; at 16,384 the model is over its size limit and not built."""
 
 
 def _maker(kind: str, gpus: int) -> Callable[[], Fabric]:

@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 
 __all__ = ["tree_moves_bound"]
 
+MAX_VARIABLES = 300_000
+"""Largest model built: 3-tier 4,096 GPUs is 134,000 variables (its LP 6-140 s here); 16,384
+GPUs is about 700,000, and HiGHS had not solved its LP after 25 minutes."""
+
 
 def _options(problem: Problem, flows: IntArray, prior: IntArray, shape: FatTreeShape) -> tuple[
     IntArray, IntArray, IntArray, IntArray
@@ -93,6 +97,10 @@ def tree_moves_bound(
     pairs, pair_of, n = np.unique(np.stack([s, t], axis=1), axis=0, return_inverse=True,
                                   return_counts=True)  # fmt: skip
     pair_of = pair_of.ravel()
+    pod_pairs = np.unique(pod[pairs[:, 0]] * shape.pods + pod[pairs[:, 1]]).size
+    size = len(pairs) * a_count + pod_pairs * a_count * shape.cores_per_group
+    if size > MAX_VARIABLES:
+        return None, f"fat-tree moves bound: {size:,} variables > {MAX_VARIABLES:,}, not built"
     rows: dict[tuple[str, int, int, int], pywraplp.Constraint] = {}
 
     def row(key: tuple[str, int, int, int], bound: float) -> pywraplp.Constraint:
