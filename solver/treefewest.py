@@ -98,9 +98,11 @@ def tree_moves_bound(
                                   return_counts=True)  # fmt: skip
     pair_of = pair_of.ravel()
     pod_pairs = np.unique(pod[pairs[:, 0]] * shape.pods + pod[pairs[:, 1]]).size
-    size = len(pairs) * a_count + pod_pairs * a_count * shape.cores_per_group
-    if size > MAX_VARIABLES:
-        return None, f"fat-tree moves bound: {size:,} variables > {MAX_VARIABLES:,}, not built"
+    variables = len(pairs) * a_count + pod_pairs * a_count * shape.cores_per_group
+    if variables > MAX_VARIABLES:
+        return None, (
+            f"fat-tree moves bound: {variables:,} variables > {MAX_VARIABLES:,}, not built"
+        )
     rows: dict[tuple[str, int, int, int], pywraplp.Constraint] = {}
 
     def row(key: tuple[str, int, int, int], bound: float) -> pywraplp.Constraint:
