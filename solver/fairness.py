@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
+from typing import cast
 
 import numpy as np
 
@@ -54,11 +56,17 @@ class Incidence:
 
     @classmethod
     def from_paths(cls, paths: Sequence[Sequence[int] | None]) -> Incidence:
-        """Paths as resource sequences; ``None`` or empty for a flow without a path."""
-        lengths = np.fromiter((len(p) if p else 0 for p in paths), np.int64, count=len(paths))
-        indptr = np.zeros(len(paths) + 1, dtype=np.int64)
+        """Paths as resource sequences; ``None`` or empty for a flow without a path.
+
+        Read with ``map`` and ``chain`` (C iterators) where no path is ``None``, the usual
+        case: a generator step per resource was 30 ms per call at 16k GPUs."""
+        rows = cast(Sequence[Sequence[int]], paths)  # checked just below
+        if None in paths:
+            rows = [p if p else () for p in paths]
+        lengths = np.fromiter(map(len, rows), np.int64, count=len(rows))
+        indptr = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(lengths, out=indptr[1:])
-        indices = np.fromiter((r for p in paths if p for r in p), np.int64, count=int(indptr[-1]))
+        indices = np.fromiter(chain.from_iterable(rows), np.int64, count=int(indptr[-1]))
         return cls(indptr, indices)
 
 

@@ -320,3 +320,18 @@ def test_thousands_of_flows_satisfy_the_certificate() -> None:
     capacity = rng.choice([100.0, 400.0, 800.0], size=num_resources)
     rates = max_min_fair_rates(incidence, weights, capacity)
     assert bottleneck_certificate(incidence, weights, capacity, rates) == []
+
+
+@given(
+    st.lists(
+        st.one_of(st.none(), st.lists(st.integers(0, 50), max_size=6), st.tuples(st.integers(0, 9)))
+    )
+)
+def test_incidence_from_paths_equals_the_per_entry_reading(paths: list[Any]) -> None:
+    """``from_paths`` reads paths with C iterators where none is ``None``; with or without
+    ``None`` and empty paths, the same arrays as reading entry by entry."""
+    incidence = Incidence.from_paths(paths)
+    lengths = [len(p) if p else 0 for p in paths]
+    assert incidence.indptr.tolist() == [0, *np.cumsum(lengths, dtype=np.int64).tolist()]
+    assert incidence.indices.tolist() == [r for p in paths if p for r in p]
+    assert incidence.indices.dtype == np.int64
