@@ -16,7 +16,7 @@ really has no path for it.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pydantic import Field
 
@@ -84,6 +84,18 @@ def plan_from_paths(
     )
 
 
+class _Encoded(dict[int, str]):
+    """A node's JSON-encoded name by its number, computed by ``encode`` on first use."""
+
+    def __init__(self, encode: Callable[[int], str]) -> None:
+        super().__init__()
+        self._encode = encode
+
+    def __missing__(self, node: int) -> str:
+        text = self[node] = self._encode(node)
+        return text
+
+
 def plan_json_text(
     fabric: Fabric,
     flows: Sequence[Flow],
@@ -118,6 +130,11 @@ def plan_json_text(
         return found
 
     names = index.node_names
+    # A path's nodes: where its first resource starts, then where each resource ends, each
+    # node's name encoded once (a dictionary filled on first use); ``map`` through the
+    # resources' far ends and that dictionary joins a path without a Python step per hop.
+    node = _Encoded(lambda n: enc(names[n]))
+    text_of, far_end = node.__getitem__, dst.__getitem__
     lines = []
     for f, p in zip(flows, paths, strict=True):
         line = (
@@ -128,8 +145,7 @@ def plan_json_text(
         if f.rate != 1.0:
             line += f', "rate": {dumps(f.rate)}'
         if p:
-            hops = [enc(names[src[p[0]]]), *(enc(names[dst[r]]) for r in p)]
-            line += ', "path": [' + ", ".join(hops) + "]"
+            line += f', "path": [{node[src[p[0]]]}, {", ".join(map(text_of, map(far_end, p)))}]'
         lines.append(line + "}")
     fields = [f" {dumps(k)}: {dumps(v)}" for k, v in head.items()]
     if lines:
