@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from topology import routing as routing_module
 from topology.generators import generate
 from topology.model import Fabric, LinkStatus
 from topology.routing import Routing, _row_minima
@@ -69,8 +70,14 @@ def test_distance_rows_equal_the_per_leaf_tables(name: str, k: int) -> None:
     assert again_up[2:].tolist() == up.tolist()
 
 
+@pytest.mark.parametrize("cells", [None, 1, 7, 64])
 @pytest.mark.parametrize(("name", "k"), CASES)
-def test_groups_many_equal_next_hops(name: str, k: int) -> None:
+def test_groups_many_equal_next_hops(
+    name: str, k: int, cells: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Also in slices of a few keys (``GROUP_CELLS`` small), as a large fabric's are."""
+    if cells is not None:
+        monkeypatch.setattr(routing_module, "GROUP_CELLS", cells)
     fabric = fabric_of(name, k)
     routing = Routing(fabric.index)
     switches = fabric.index.num_switches

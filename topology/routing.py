@@ -39,6 +39,10 @@ _Step = tuple[IntArray, IntArray, IntArray]
 UNREACHABLE = np.iinfo(np.int64).max // 4
 """Distance of a switch that cannot reach the destination (large, and safe to add 1 to)."""
 
+GROUP_CELLS = 1 << 18
+"""Keys x members that :meth:`Routing.groups_many` looks at in one slice (bounds its
+temporaries to a few MB each, whatever the switches' degrees)."""
+
 
 @dataclass
 class DestinationTable:
@@ -236,8 +240,41 @@ class Routing:
         cost a second, and one call per switch (2,560 of them on a fat-tree) still a third
         of one. This is one call per forwarding step.
         """
-        padded, degree, far_end, goes_down, goes_up = self._padded
+        degree = self._padded[1]
         width = int(degree[switches].max(initial=0))  # only as wide as these switches need
+        # In slices of at most GROUP_CELLS keys x members: a 2-tier spine has 512 members, and
+        # a shuffled ring's 16k keys at once would be 8M cells per temporary.
+        step = max(1, GROUP_CELLS // max(width, 1))
+        found = [
+            self._groups_slice(
+                switches[k : k + step],
+                down,
+                up,
+                rows[k : k + step],
+                descending[k : k + step],
+                width,
+            )  # fmt: skip
+            for k in range(0, len(switches), step)
+        ]
+        if not found:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        members = np.concatenate([m for m, _ in found])
+        sizes = np.concatenate([n for _, n in found])
+        starts = np.cumsum(sizes) - sizes
+        return members, starts, sizes
+
+    def _groups_slice(
+        self,
+        switches: IntArray,
+        down: IntArray,
+        up: IntArray,
+        rows: IntArray,
+        descending: BoolArray,
+        width: int,
+    ) -> tuple[IntArray, IntArray]:
+        """:meth:`groups_many` for some keys: their members one after the other, and sizes."""
+        padded, _, far_end, goes_down, goes_up = self._padded
         out = padded[switches, :width]
         mask = np.zeros(out.shape, dtype=np.bool_)
         # The rules of next_hops: once descending, down along down_dist only; while climbing,
@@ -251,21 +288,19 @@ class Routing:
             nxt, column = far_end[at, :width], row[:, None]
             if phase:
                 here = down[row, at]
-                found = goes_down[at, :width] & (down[column, nxt] == (here - 1)[:, None])
+                hit = goes_down[at, :width] & (down[column, nxt] == (here - 1)[:, None])
             else:
                 here = up[row, at]
                 target = (here - 1)[:, None]
-                found = (goes_down[at, :width] & (down[column, nxt] == target)) | (
+                hit = (goes_down[at, :width] & (down[column, nxt] == target)) | (
                     goes_up[at, :width] & (up[column, nxt] == target)
                 )
-            found &= (here < UNREACHABLE)[:, None]
+            hit &= (here < UNREACHABLE)[:, None]
             if whole:
-                mask = found
+                mask = hit
             else:
-                mask[keys] = found
-        sizes = np.count_nonzero(mask, axis=1)
-        starts = np.cumsum(sizes) - sizes
-        return out[mask], starts, sizes  # row by row, each row in member order
+                mask[keys] = hit
+        return out[mask], np.count_nonzero(mask, axis=1)  # row by row, in member order
 
     @property
     def down_mask(self) -> BoolArray:
