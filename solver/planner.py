@@ -62,7 +62,9 @@ budget there). Construction always runs (milliseconds; about a second at
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 import time
 from collections.abc import Mapping, Sequence
 
@@ -129,6 +131,9 @@ POLISH_FLOWS = 1000
 """Largest component a re-plan searches for fewer moves (larger ones: ``c4p bench``)."""
 
 
+_RATE, _JOB = operator.attrgetter("rate"), operator.attrgetter("job")
+
+
 def flow_weights(
     flows: Workload | Sequence[Flow], priorities: Mapping[str, float] | None = None
 ) -> tuple[tuple[Flow, ...], FloatArray]:
@@ -144,8 +149,13 @@ def flow_weights(
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"priorities[{job!r}] must be a positive number, got {value!r}")
         prio.update(priorities)
-    weight = np.fromiter((f.rate * prio.get(f.job, 1.0) for f in flow_list), np.float64)
-    return flow_list, weight
+    # Read with attrgetter and map (no Python step per flow: this runs for every plan, three
+    # times per ``c4p plan``); a factor of 1.0 is left out, which changes no product.
+    rates = np.fromiter(map(_RATE, flow_list), np.float64, count=len(flow_list))
+    if any(factor != 1.0 for factor in prio.values()):
+        factors = map(prio.get, map(_JOB, flow_list), itertools.repeat(1.0))
+        rates *= np.fromiter(factors, np.float64, count=len(flow_list))
+    return flow_list, rates
 
 
 class _Planner:

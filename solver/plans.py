@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from pydantic import Field
 
@@ -84,15 +85,16 @@ def plan_from_paths(
     )
 
 
-class _Encoded(dict[int, str]):
-    """A node's JSON-encoded name by its number, computed by ``encode`` on first use."""
+class _Encoded(dict[Any, str]):
+    """JSON texts by key (a string, a node's number), each computed by ``encode`` on first
+    use."""
 
-    def __init__(self, encode: Callable[[int], str]) -> None:
+    def __init__(self, encode: Callable[[Any], str]) -> None:
         super().__init__()
         self._encode = encode
 
-    def __missing__(self, node: int) -> str:
-        text = self[node] = self._encode(node)
+    def __missing__(self, key: Any) -> str:
+        text = self[key] = self._encode(key)
         return text
 
 
@@ -121,13 +123,7 @@ def plan_json_text(
     # Every string is encoded by json.dumps once per distinct value (node names, ids), and
     # each line is put together from those pieces in the order json.dumps(item) writes them:
     # the same bytes as before, at a third of the cost.
-    encoded: dict[str, str] = {}
-
-    def enc(text: str) -> str:
-        found = encoded.get(text)
-        if found is None:
-            found = encoded[text] = dumps(text)
-        return found
+    enc = _Encoded(dumps).__getitem__  # a dictionary's own lookup: no Python call on a hit
 
     names = index.node_names
     # A path's nodes: where its first resource starts, then where each resource ends, each

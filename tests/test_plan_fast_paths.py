@@ -382,3 +382,22 @@ def test_routing_distances_equal_a_plain_relaxation(name: str) -> None:
             down, up = reference_distances(fabric, leaf)
             assert table.down_dist.tolist() == down
             assert table.up_dist.tolist() == up
+
+
+@pytest.mark.parametrize("priorities", [None, {"job0": 3.0}, {"job1": 0.7, "nobody": 2.0}])
+def test_flow_weights_equal_the_per_flow_products(priorities: dict[str, float] | None) -> None:
+    """``flow_weights`` reads rates and jobs with ``map``: the same ``rate x priority`` floats
+    as one product per flow, from a workload's priorities and from overrides."""
+    from solver.planner import flow_weights
+
+    fabric = FABRICS["rail"]
+    params = JobsGenParams(jobs=2, hosts_per_job=2, pattern="tree", ring="flat",
+                           qps_per_connection=2, channels=1, placement="random", seed=4,
+                           rate=0.3)  # fmt: skip
+    workload = derive_workload(fabric, generate_jobs(fabric, params))
+    prio = {c.job: float(c.priority) for c in workload.communicators} | (priorities or {})
+    for given in (workload, list(workload.flows)):
+        flows, weights = flow_weights(given, priorities)
+        base = prio if given is workload else (priorities or {})
+        want = [f.rate * base.get(f.job, 1.0) for f in flows]
+        assert weights.tolist() == want
