@@ -4,7 +4,8 @@ Why: the planner chooses paths, but packets go where the switches' hashes send t
 is that model of the data plane. The ECMP baseline (``solver``) uses it to see where the kernel's
 QPN-derived source ports land, and source-port synthesis (``southbound``) uses it to check that a
 port it picked really follows the planned path. Both must agree with ``topology.routing``, so
-the groups come from :meth:`Routing.next_hops` and the choice from :mod:`topology.hashing`.
+the groups come from it (:meth:`Routing.next_hops` for one packet, :meth:`Routing.groups_many`
+for a step of many) and the choice from :mod:`topology.hashing`.
 
 The walk, for one packet: out of the source NIC port on its only link; at each switch, if it is
 the destination leaf, out on the destination NIC port's link; otherwise member
@@ -15,7 +16,7 @@ leaf. The packet is *descending* (valley-free routing) from the first hop that g
 thousands of flows at once with numpy, one step of all flows at a time, and gives the same
 resources as :func:`forward` for every flow. The hash depends only on the switch's
 :class:`HashProfile` and the 5-tuple, so :func:`forward_many` hashes all flows once per distinct
-profile and then only indexes groups.
+profile and then only indexes groups (every step's groups from one routing call).
 """
 
 from __future__ import annotations
