@@ -17,7 +17,6 @@ from solver.components import Component, meets, objective
 from solver.ecmp import ecmp_paths
 from solver.incremental import Previous, match_middles
 from solver.problem import SAME_LEAF, UNREACHABLE, Problem
-from solver.repair import min_moves
 from solver.result import Bounds, Part, Plan
 from topology.index import IntArray
 
@@ -65,6 +64,8 @@ def assemble(
         local = objective(problem, c, c.choice)
         optimal = c.proven or meets(local.max_utilization, c.best)
         if prior is not None:
+            from solver.repair import min_moves  # re-plans only (see solver.planner's LAZY)
+
             mine = np.where(prior.had[c.flows], prior.choice[c.flows], -2)
             c.min_moves = min_moves(problem, c.flows, mine, local.max_utilization)
             if meets(local.max_utilization, c.best):  # the polish bound is at ``best``

@@ -41,6 +41,7 @@ non-blocking fabric predicts 1.0 and one collision on every ring 0.5. (nccl-test
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -185,6 +186,10 @@ def busbw_factor(comm: Communicator) -> float:
     return 1.0
 
 
+_RATE = operator.attrgetter("rate")
+"""A flow's rate, read by ``map`` (no Python step per flow)."""
+
+
 def evaluate(
     fabric: Fabric, workload: Workload, paths: Sequence[Path], *, top: int = 10
 ) -> Evaluation:
@@ -194,7 +199,7 @@ def evaluate(
         raise ValueError(f"{len(paths)} paths for {len(flows)} flows")
     index = fabric.index
     incidence = Incidence.from_paths(paths)
-    weights = np.fromiter((f.rate for f in flows), np.float64, count=len(flows))
+    weights = np.fromiter(map(_RATE, flows), np.float64, count=len(flows))
     capacity = np.where(index.res_usable, index.res_capacity, 0.0)
     rates = max_min_fair_rates(incidence, weights, capacity)
     load = resource_load(incidence, weights, index.num_resources)
@@ -223,7 +228,7 @@ def evaluate(
         max_link_utilization=float(np.max(utilization, initial=0.0)),
         links_over_capacity=int(np.count_nonzero(utilization > 1.0 + OVER_TOLERANCE)),
         hottest=hottest,
-        unreachable=tuple(f.id for f, ok in zip(flows, reachable, strict=True) if not ok),
+        unreachable=tuple(flows[i].id for i in np.flatnonzero(~reachable).tolist()),
         jobs=_jobs(workload, comm_results),
         communicators=tuple(comm_results),
         pairs=tuple(pairs),

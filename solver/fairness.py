@@ -10,9 +10,9 @@ The algorithm (progressive filling, weighted): all unfrozen flows grow together,
 ``weight[f] * level``. A resource saturates at the level ``(capacity - frozen load) / (weight
 of its unfrozen flows)``; the lowest such level is reached first, every flow crossing a
 resource saturated there is frozen at it, and filling continues until every flow is frozen.
-Each round costs ``O(nnz)`` numpy work over the flow-resource incidence (CSR), and the number
-of rounds is the number of distinct bottleneck levels, so tens of thousands of flows take
-milliseconds.
+Each round costs numpy work over the entries of the flow-resource incidence (CSR) of the
+flows not yet frozen and over the live resources, and the number of rounds is the number of
+distinct bottleneck levels, so tens of thousands of flows take milliseconds.
 
 The certificate of the result (checked by the tests): no resource is over capacity, and every
 flow crosses a saturated resource on which its ``rate / weight`` is the largest.
@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
+from typing import cast
 
 import numpy as np
 
@@ -54,11 +56,17 @@ class Incidence:
 
     @classmethod
     def from_paths(cls, paths: Sequence[Sequence[int] | None]) -> Incidence:
-        """Paths as resource sequences; ``None`` or empty for a flow without a path."""
-        lengths = np.fromiter((len(p) if p else 0 for p in paths), np.int64, count=len(paths))
-        indptr = np.zeros(len(paths) + 1, dtype=np.int64)
+        """Paths as resource sequences; ``None`` or empty for a flow without a path.
+
+        Read with ``map`` and ``chain`` (C iterators) where no path is ``None``, the usual
+        case: a generator step per resource was 30 ms per call at 16k GPUs."""
+        rows = cast(Sequence[Sequence[int]], paths)  # checked just below
+        if None in paths:
+            rows = [p if p else () for p in paths]
+        lengths = np.fromiter(map(len, rows), np.int64, count=len(rows))
+        indptr = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(lengths, out=indptr[1:])
-        indices = np.fromiter((r for p in paths if p for r in p), np.int64, count=int(indptr[-1]))
+        indices = np.fromiter(chain.from_iterable(rows), np.int64, count=int(indptr[-1]))
         return cls(indptr, indices)
 
 
@@ -95,28 +103,35 @@ def max_min_fair_rates(
     active_weight = np.bincount(
         cols, weights=weights[rows] * active[rows], minlength=num_resources
     ).astype(np.float64)
-
-    while active.any():
-        live = active_weight > RELATIVE_TOLERANCE * np.maximum(weights.min(), 1e-300)
-        headroom = np.maximum(capacity - frozen_load, 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            reach = np.where(live, headroom / np.where(live, active_weight, 1.0), np.inf)
-        lowest = float(reach.min())
-        if not np.isfinite(lowest):  # cannot happen while a flow is active; a guard
+    threshold = RELATIVE_TOLERANCE * np.maximum(weights.min(initial=np.inf), 1e-300)
+    # Each round reads only what can still change, in the order the whole arrays had, so
+    # every sum is the same sum (an ECMP baseline at 16k GPUs is some 85 rounds): the entries
+    # of unfrozen flows, the live resources, and the resources the round's frozen flows
+    # cross (their per-resource sums by bincount, over the same entries in the same order).
+    rows, cols = rows[active[rows]], cols[active[rows]]
+    saturated = np.zeros(num_resources, dtype=np.bool_)
+    while rows.size:
+        live = np.flatnonzero(active_weight > threshold)
+        headroom = np.maximum(capacity[live] - frozen_load[live], 0.0)
+        reach = headroom / active_weight[live]
+        if not reach.size:  # cannot happen while a flow is active; a guard
             raise AssertionError("active flows but no live resource")
-        saturated = reach <= lowest * (1 + RELATIVE_TOLERANCE) + 1e-300
-        hit_entries = saturated[cols] & active[rows]
+        lowest = float(reach.min())
+        hit = live[reach <= lowest * (1 + RELATIVE_TOLERANCE) + 1e-300]
+        saturated[hit] = True
         newly = np.zeros(num_flows, dtype=np.bool_)
-        newly[rows[hit_entries]] = True
+        newly[rows[saturated[cols]]] = True
+        saturated[hit] = False
         level[newly] = lowest
         active &= ~newly
         entries = newly[rows]
         touched, flows_of = cols[entries], rows[entries]
-        frozen_load += np.bincount(
-            touched, weights=weights[flows_of] * lowest, minlength=num_resources
-        )
-        active_weight -= np.bincount(touched, weights=weights[flows_of], minlength=num_resources)
-        active_weight[saturated] = 0.0  # exactly, whatever rounding left behind
+        crossed, bins = np.unique(touched, return_inverse=True)
+        share = weights[flows_of]
+        frozen_load[crossed] += np.bincount(bins, weights=share * lowest, minlength=crossed.size)
+        active_weight[crossed] -= np.bincount(bins, weights=share, minlength=crossed.size)
+        active_weight[hit] = 0.0  # exactly, whatever rounding left behind
+        rows, cols = rows[~entries], cols[~entries]
     return level * weights
 
 

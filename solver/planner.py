@@ -62,7 +62,9 @@ budget there). Construction always runs (milliseconds; about a second at
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 import time
 from collections.abc import Mapping, Sequence
 
@@ -71,14 +73,11 @@ import numpy as np
 from solver.assemble import assemble, ecmp_choice
 from solver.bounds import lp_bound, round_up
 from solver.components import Component, meets, objective, split
-from solver.cpsat import solve_cpsat
 from solver.errors import SolverError
 from solver.flows import Flow, Workload
 from solver.greedy import exact_reason, exact_spines, place_exact, place_greedy
 from solver.incremental import Previous, match_previous
-from solver.moves import fewest_moves
 from solver.problem import SAME_LEAF, Problem, build_problem
-from solver.repair import min_moves, repair
 from solver.result import Plan
 from solver.structured import Option, Structured
 from topology.index import FloatArray, IntArray
@@ -93,6 +92,21 @@ MIN_SEARCH_SECONDS = 0.02
 
 BUILD_SECONDS_PER_PATH = 2e-5
 """Rough cost of building a CP-SAT model, per candidate variable, measured on 2 cores."""
+
+LAZY = (
+    "solver.cpsat",
+    "solver.moves",
+    "solver.repair",
+    "solver.chains",
+    "solver.jointchains",
+    "solver.kempe",
+    "solver.degraded",
+    "solver.treemoves",
+)
+"""Modules this planner imports only where it uses them: re-plans (repair, chains, fewest
+moves), degraded fabrics and parts above their bound (CP-SAT). A fresh plan on an intact
+fabric, what ``c4p plan`` mostly runs, never does, and loading them was some 30 ms of its
+start (tested: ``tests/test_plan_fast_paths.py``)."""
 
 REPAIR_SHARE = 0.1
 """Part of the remaining budget one repair may take (see ``_Planner.slice``)."""
@@ -117,6 +131,9 @@ POLISH_FLOWS = 1000
 """Largest component a re-plan searches for fewer moves (larger ones: ``c4p bench``)."""
 
 
+_RATE, _JOB = operator.attrgetter("rate"), operator.attrgetter("job")
+
+
 def flow_weights(
     flows: Workload | Sequence[Flow], priorities: Mapping[str, float] | None = None
 ) -> tuple[tuple[Flow, ...], FloatArray]:
@@ -132,8 +149,13 @@ def flow_weights(
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"priorities[{job!r}] must be a positive number, got {value!r}")
         prio.update(priorities)
-    weight = np.fromiter((f.rate * prio.get(f.job, 1.0) for f in flow_list), np.float64)
-    return flow_list, weight
+    # Read with attrgetter and map (no Python step per flow: this runs for every plan, three
+    # times per ``c4p plan``); a factor of 1.0 is left out, which changes no product.
+    rates = np.fromiter(map(_RATE, flow_list), np.float64, count=len(flow_list))
+    if any(factor != 1.0 for factor in prio.values()):
+        factors = map(prio.get, map(_JOB, flow_list), itertools.repeat(1.0))
+        rates *= np.fromiter(factors, np.float64, count=len(flow_list))
+    return flow_list, rates
 
 
 class _Planner:
@@ -275,6 +297,8 @@ class _Planner:
                         deadline = 0.0
                 fixed = None
                 if deadline > 0.0:
+                    from solver.repair import repair  # re-plans only (see LAZY)
+
                     grid = self.structured.grid(c)
                     fixed = repair(problem, c.flows, prior, c.best, grid, deadline=deadline)
                 if fixed is not None and fixed.reached:
@@ -317,6 +341,8 @@ class _Planner:
         if prior is not None and self.strategy == "auto" and not meets(z, c.best):
             # The same max utilization with fewer moves: repair the previous plan to it (at
             # the bound the first repair already tried and failed).
+            from solver.repair import repair  # re-plans only (see LAZY)
+
             fixed = repair(
                 problem, c.flows, prior, z, self.structured.grid(c), deadline=self.slice()
             )
@@ -328,6 +354,9 @@ class _Planner:
         """A repair at the bound that moves more than the counting bound allows, on a
         component small enough for it: the exact fewest moves of :mod:`solver.moves` (its
         bound is kept for the report either way)."""
+        from solver.moves import fewest_moves  # re-plans only (see LAZY)
+        from solver.repair import min_moves
+
         assert self.previous is not None
         problem = self.problem
         mine = np.where(self.previous.had[c.flows], prior, -2)
@@ -379,6 +408,8 @@ class _Planner:
         if left < MIN_SEARCH_SECONDS + BUILD_SECONDS_PER_PATH * paths:
             c.notes += (f"CP-SAT skipped: {max(left, 0):.3f} s left for {paths:,} candidates",)
         else:
+            from solver.cpsat import solve_cpsat  # parts above their bound only (see LAZY)
+
             outcome = solve_cpsat(
                 problem,
                 c.pairs,

@@ -16,21 +16,20 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from solver import fattree
 from solver.coloring import assign_spines
 from solver.components import Component
-from solver.degraded import assign_degraded
 from solver.greedy import spine_rows
 from solver.incremental import match_middles
-from solver.kempe import SpineGrid
 from solver.problem import Problem
-from solver.repair import repair
-from solver.treemoves import REPAIR_SECONDS as TREE_REPAIR_SECONDS
-from solver.treemoves import replan_choice
 from topology.index import IntArray
+
+if TYPE_CHECKING:
+    from solver.kempe import SpineGrid
 
 __all__ = ["Option", "Structured"]
 
@@ -78,6 +77,8 @@ class Structured:
             return None
         key = id(c)
         if key not in self._grids:
+            from solver.kempe import SpineGrid  # repairs only (see solver.planner's LAZY)
+
             self._grids[key] = SpineGrid.build(problem, c.pairs)
         return self._grids[key]
 
@@ -162,7 +163,9 @@ class Structured:
         target = c.best / c.unit if c.unit > 0 else math.nan
         if shape is None or math.isnan(target) or abs(round(target) - target) > 1e-6:
             return False, None
-        deadline = min(self.slice(), time.perf_counter() + TREE_REPAIR_SECONDS)
+        from solver.treemoves import REPAIR_SECONDS, replan_choice  # re-plans only
+
+        deadline = min(self.slice(), time.perf_counter() + REPAIR_SECONDS)
         return True, replan_choice(self.problem, c.flows, prior, shape, round(target), deadline)
 
     def heal(self, c: Component, prior: IntArray | None) -> Option | None:
@@ -181,6 +184,8 @@ class Structured:
             return None
         if prior is not None:  # flows whose old path is still fine keep it
             start = np.where(prior >= 0, prior, start)
+        from solver.repair import repair  # degraded fabrics only (see solver.planner's LAZY)
+
         fixed = repair(problem, c.flows, start, c.best, self.grid(c), deadline=self.slice())
         if not fixed.reached:
             return None
@@ -207,6 +212,8 @@ class Structured:
                 (prior >= 0) & far, shape.choice[rows[:, min(1, rows.shape[1] - 1)]], -1
             )
             previous = (agg, core)
+        from solver.degraded import assign_degraded  # degraded fabrics only
+
         result = assign_degraded(shape, problem.index.res_usable,
                                  leaves[:, 0], leaves[:, 1], round(target), previous)  # fmt: skip
         if result is None:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from c4p.bench import permutation_jobs
 from solver import (
     Incidence,
     JobsFile,
@@ -19,11 +20,13 @@ from solver import (
     evaluate,
     max_min_fair_rates,
 )
+from solver.ecmp import ecmp_paths
 from topology.generators import (
     DualPlaneParams,
     LeafSpineParams,
     RailOptimizedParams,
     dual_plane,
+    generate,
     leaf_spine,
     rail_optimized,
 )
@@ -320,3 +323,94 @@ def test_thousands_of_flows_satisfy_the_certificate() -> None:
     capacity = rng.choice([100.0, 400.0, 800.0], size=num_resources)
     rates = max_min_fair_rates(incidence, weights, capacity)
     assert bottleneck_certificate(incidence, weights, capacity, rates) == []
+
+
+@given(
+    st.lists(
+        st.one_of(st.none(), st.lists(st.integers(0, 50), max_size=6), st.tuples(st.integers(0, 9)))
+    )
+)
+def test_incidence_from_paths_equals_the_per_entry_reading(paths: list[Any]) -> None:
+    """``from_paths`` reads paths with C iterators where none is ``None``; with or without
+    ``None`` and empty paths, the same arrays as reading entry by entry."""
+    incidence = Incidence.from_paths(paths)
+    lengths = [len(p) if p else 0 for p in paths]
+    assert incidence.indptr.tolist() == [0, *np.cumsum(lengths, dtype=np.int64).tolist()]
+    assert incidence.indices.tolist() == [r for p in paths if p for r in p]
+    assert incidence.indices.dtype == np.int64
+
+
+def reference_max_min(incidence: Incidence, weights: Any, capacity: Any) -> Any:
+    """Progressive filling over the whole arrays every round, as ``max_min_fair_rates`` was
+    before it read only the unfrozen entries and live resources (its sums must be the same
+    sums, so the rates the same floats)."""
+    tolerance = 1e-9
+    rows, cols = incidence.rows, incidence.indices
+    num_flows, num_resources = incidence.num_flows, len(capacity)
+    level = np.zeros(num_flows)
+    active = incidence.lengths > 0
+    frozen_load = np.zeros(num_resources)
+    active_weight = np.bincount(cols, weights=weights[rows] * active[rows], minlength=num_resources)
+    while active.any():
+        live = active_weight > tolerance * np.maximum(weights.min(), 1e-300)
+        headroom = np.maximum(capacity - frozen_load, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            reach = np.where(live, headroom / np.where(live, active_weight, 1.0), np.inf)
+        lowest = float(reach.min())
+        saturated = reach <= lowest * (1 + tolerance) + 1e-300
+        newly = np.zeros(num_flows, dtype=np.bool_)
+        newly[rows[saturated[cols] & active[rows]]] = True
+        level[newly] = lowest
+        active &= ~newly
+        entries = newly[rows]
+        touched, flows_of = cols[entries], rows[entries]
+        frozen_load += np.bincount(
+            touched, weights=weights[flows_of] * lowest, minlength=num_resources
+        )
+        active_weight -= np.bincount(touched, weights=weights[flows_of], minlength=num_resources)
+        active_weight[saturated] = 0.0
+    return level * weights
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 12).flatmap(
+        lambda resources: st.tuples(
+            st.lists(
+                st.sampled_from([0.0, 1.0, 3.0, 10.0, 0.3, 7.7]),
+                min_size=resources,
+                max_size=resources,
+            ),
+            st.lists(
+                st.tuples(
+                    st.lists(st.integers(0, resources - 1), max_size=4),
+                    st.sampled_from([1.0, 2.0, 0.5, 0.1, 3.7]),
+                ),
+                max_size=14,
+            ),
+        )
+    )
+)
+def test_max_min_rates_are_the_whole_array_rounds_bit_for_bit(
+    instance: tuple[list[float], list[tuple[list[int], float]]],
+) -> None:
+    capacity, flows = instance
+    incidence = Incidence.from_paths([path for path, _ in flows])  # repeats and empty paths too
+    weights = np.asarray([w for _, w in flows], dtype=np.float64)
+    cap = np.asarray(capacity, dtype=np.float64)
+    got = max_min_fair_rates(incidence, weights, cap)
+    assert got.tobytes() == reference_max_min(incidence, weights, cap).tobytes()
+
+
+def test_max_min_rates_of_an_ecmp_baseline_are_the_whole_array_rounds() -> None:
+    """Many rounds (collisions at many levels): a shuffled ring's ECMP paths on a fat-tree."""
+    fabric = generate("fat-tree", pods=4, leaves_per_pod=4, aggs_per_pod=4, cores=8,
+                      hosts_per_leaf=4)  # fmt: skip
+    workload = derive_workload(fabric, permutation_jobs(qps=2, seed=1)(fabric))
+    paths = ecmp_paths(fabric, workload.flows).paths
+    incidence = Incidence.from_paths(paths)
+    weights = np.linspace(0.5, 2.0, len(paths))
+    cap = fabric.index.res_capacity
+    got = max_min_fair_rates(incidence, weights, cap)
+    assert len(np.unique(got / weights)) > 3
+    assert got.tobytes() == reference_max_min(incidence, weights, cap).tobytes()

@@ -269,6 +269,34 @@ def test_plan_reports_its_phases(tmp_path: Path) -> None:
     assert all(v >= 0 for v in phases.values())
 
 
+def test_a_fresh_plan_never_loads_the_replanning_modules() -> None:
+    """``solver.planner.LAZY`` is imported where used: a fresh plan of an intact fabric (both
+    tiers, the ECMP baseline and greedy included) must not load any of it, else ``c4p plan``
+    pays for it at start again; a re-plan does load what it uses."""
+    script = (
+        "import sys\n"
+        "from c4p.bench import permutation_jobs\n"
+        "from solver.ecmp import ecmp_paths\n"
+        "from solver.patterns import derive_workload\n"
+        "from solver.planner import LAZY, plan\n"
+        "from topology.generators import generate\n"
+        "for fabric in (generate('rail-optimized', units=2, hosts_per_unit=4, rails=4, spines=2),"
+        " generate('fat-tree', pods=2, leaves_per_pod=2, aggs_per_pod=2, cores=2,"
+        " hosts_per_leaf=2)):\n"
+        "    w = derive_workload(fabric, permutation_jobs(qps=1, seed=0)(fabric))\n"
+        "    ecmp_paths(fabric, w.flows)\n"
+        "    plan(fabric, w, strategy='greedy')\n"
+        "    first = plan(fabric, w)\n"
+        "print(sorted(m for m in LAZY if m in sys.modules))\n"
+        "plan(fabric, w, first)\n"
+        "print('solver.repair' in sys.modules)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert run.stdout.split("\n")[:2] == ["[]", "True"], run.stdout
+
+
 def test_bad_input_is_one_line_and_exit_2_through_the_entry_point(tmp_path: Path) -> None:
     """The console script builds only the command it runs; errors must read as before."""
     bad = tmp_path / "fabric.json"
@@ -354,3 +382,22 @@ def test_routing_distances_equal_a_plain_relaxation(name: str) -> None:
             down, up = reference_distances(fabric, leaf)
             assert table.down_dist.tolist() == down
             assert table.up_dist.tolist() == up
+
+
+@pytest.mark.parametrize("priorities", [None, {"job0": 3.0}, {"job1": 0.7, "nobody": 2.0}])
+def test_flow_weights_equal_the_per_flow_products(priorities: dict[str, float] | None) -> None:
+    """``flow_weights`` reads rates and jobs with ``map``: the same ``rate x priority`` floats
+    as one product per flow, from a workload's priorities and from overrides."""
+    from solver.planner import flow_weights
+
+    fabric = FABRICS["rail"]
+    params = JobsGenParams(jobs=2, hosts_per_job=2, pattern="tree", ring="flat",
+                           qps_per_connection=2, channels=1, placement="random", seed=4,
+                           rate=0.3)  # fmt: skip
+    workload = derive_workload(fabric, generate_jobs(fabric, params))
+    prio = {c.job: float(c.priority) for c in workload.communicators} | (priorities or {})
+    for given in (workload, list(workload.flows)):
+        flows, weights = flow_weights(given, priorities)
+        base = prio if given is workload else (priorities or {})
+        want = [f.rate * base.get(f.job, 1.0) for f in flows]
+        assert weights.tolist() == want

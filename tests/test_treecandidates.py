@@ -132,6 +132,25 @@ def test_healthy_lazy_candidates_are_routings_paths_and_equal_the_enumeration(tr
     assert_same_as_enumerated(lazy, build_problem(fabric, flows, np.ones(len(flows)), lazy=False))
 
 
+@pytest.mark.parametrize("tree", sorted(TREES))
+def test_kept_row_answers_are_the_rows_asked_and_read_only(tree: str) -> None:
+    """``TreeCandidates.rows`` keeps its last answers: asked again, in any order and for more
+    questions than it keeps, every answer is still the table's rows, and none can be written
+    into (a caller changing one would change the next caller's)."""
+    fabric = TREES[tree]
+    flows = _all_flows(fabric)
+    lazy = build_problem(fabric, flows, np.ones(len(flows)))
+    dense = build_problem(fabric, flows, np.ones(len(flows)), lazy=False)
+    width = dense.width
+    rng = np.random.default_rng(5)
+    questions = [rng.integers(0, len(dense.table), size=n) for n in (40, 40, 7, 1, 0)]
+    for q in [*questions, *questions[::-1], questions[1], questions[0], questions[1]]:
+        got = lazy.row_paths(q)
+        assert got.shape == (len(q), lazy.width)
+        assert np.array_equal(got[..., :width], dense.table[q])
+        assert not got.flags.writeable
+
+
 @pytest.mark.parametrize("kind", sorted(named_failures(K4)))
 @pytest.mark.parametrize("tree", sorted(TREES))
 def test_lazy_candidates_after_named_failures(tree: str, kind: str) -> None:

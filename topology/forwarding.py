@@ -4,7 +4,8 @@ Why: the planner chooses paths, but packets go where the switches' hashes send t
 is that model of the data plane. The ECMP baseline (``solver``) uses it to see where the kernel's
 QPN-derived source ports land, and source-port synthesis (``southbound``) uses it to check that a
 port it picked really follows the planned path. Both must agree with ``topology.routing``, so
-the groups come from :meth:`Routing.next_hops` and the choice from :mod:`topology.hashing`.
+the groups come from it (:meth:`Routing.next_hops` for one packet, :meth:`Routing.groups_many`
+for a step of many) and the choice from :mod:`topology.hashing`.
 
 The walk, for one packet: out of the source NIC port on its only link; at each switch, if it is
 the destination leaf, out on the destination NIC port's link; otherwise member
@@ -15,7 +16,7 @@ leaf. The packet is *descending* (valley-free routing) from the first hop that g
 thousands of flows at once with numpy, one step of all flows at a time, and gives the same
 resources as :func:`forward` for every flow. The hash depends only on the switch's
 :class:`HashProfile` and the 5-tuple, so :func:`forward_many` hashes all flows once per distinct
-profile and then only indexes groups.
+profile and then only indexes groups (every step's groups from one routing call).
 """
 
 from __future__ import annotations
@@ -181,15 +182,22 @@ def forward_many(
     address = index.port_addresses
     src_ips, dst_ips = address[src], address[dst]
 
+    # Switches share a few hash profiles (one per tier, typically): every flow is hashed once
+    # per distinct profile, and a step reads each flow's hash under its switch's profile.
     profiles = _profiles(index)
-    hashes: dict[HashProfile, HashArray] = {}
+    distinct = list(dict.fromkeys(profiles))
+    profile_number = {p: i for i, p in enumerate(distinct)}
+    profile_of = np.fromiter(
+        (profile_number[p] for p in profiles), dtype=np.int64, count=len(profiles)
+    )
+    hashes: dict[int, HashArray] = {}
 
-    def hashes_for(profile: HashProfile) -> HashArray:
-        if profile not in hashes:
-            hashes[profile] = ecmp_hash_many(
-                profile, src_ips, dst_ips, protocol, sports, dst_udp_port
+    def hashes_for(number: int) -> HashArray:
+        if number not in hashes:
+            hashes[number] = ecmp_hash_many(
+                distinct[number], src_ips, dst_ips, protocol, sports, dst_udp_port
             )
-        return hashes[profile]
+        return hashes[number]
 
     # Attach every flow (or mark it unforwardable), then step all travelling flows together.
     # A NIC port's uplink is its only link (-1 if it has none or several, as in uplink()).
@@ -217,44 +225,41 @@ def forward_many(
     leaves, leaf_row = np.unique(np.where(ok, leaf, 0), return_inverse=True)
     leaf_row = leaf_row.reshape(-1)
     down_rows, up_rows = routing.distance_rows(leaves)
+    width = 2 * len(leaves)
     while moving.any():
         flows = np.flatnonzero(moving)
         if int(length[flows].max()) >= max_len - 1:  # distances strictly fall; only a guard
             raise PathError("forwarding loop: a path grew longer than the fabric allows")
-        # One step for every travelling flow, switch by switch: each switch's groups toward
-        # all the destinations its flows go to come from one call (Routing.groups_at).
+        # One step for every travelling flow: the distinct (switch, destination row, phase)
+        # keys of all of them numbered in one pass, and all their groups from one call
+        # (Routing.groups_many; it was one call per switch, 2,560 on a 16k-GPU fat-tree).
         at = node[flows]
-        order = np.argsort(at, kind="stable")
-        flows, at = flows[order], at[order]
-        switches, starts = np.unique(at, return_index=True)
-        bounds = [*starts.tolist(), len(flows)]
-        # Every flow's (switch, destination row, phase) numbered in one pass; a switch's keys
-        # are a sorted run of them, as np.unique per switch would give (2,500 calls at 16k).
-        width = 2 * len(leaves)
         every, number = np.unique(
             at * width + leaf_row[flows] * 2 + descending[flows], return_inverse=True
         )
         number = number.reshape(-1)
-        key_bounds = np.searchsorted(every, switches * width).tolist() + [len(every)]
-        for k, switch in enumerate(switches.tolist()):
-            mine = flows[bounds[k] : bounds[k + 1]]
-            keys = every[key_bounds[k] : key_bounds[k + 1]] - switch * width
-            inverse = number[bounds[k] : bounds[k + 1]] - key_bounds[k]
-            members, sizes = routing.groups_at(switch, down_rows, up_rows, keys // 2, keys % 2 == 1)
-            size = sizes[inverse]
-            stuck = size == 0
-            if stuck.any():
-                ok[mine[stuck]] = False
-                moving[mine[stuck]] = False
-                mine, inverse, size = mine[~stuck], inverse[~stuck], size[~stuck]
-                if not mine.size:
-                    continue
-            pick = hashes_for(profiles[switch])[mine] % size.astype(np.uint32)
-            chosen = members[inverse, pick.astype(np.int64)]
-            path[mine, length[mine]] = chosen
-            length[mine] += 1
-            node[mine] = index.res_dst[chosen]
-            descending[mine] |= goes_down[chosen]
+        rest = every % width
+        members, starts, sizes = routing.groups_many(
+            every // width, down_rows, up_rows, rest // 2, rest % 2 == 1
+        )
+        size = sizes[number]
+        stuck = size == 0
+        if stuck.any():
+            ok[flows[stuck]] = False
+            moving[flows[stuck]] = False
+            flows, at, number, size = flows[~stuck], at[~stuck], number[~stuck], size[~stuck]
+            if not flows.size:
+                continue
+        pick = np.empty(flows.size, dtype=np.int64)
+        profile = profile_of[at]
+        for p in np.unique(profile).tolist():
+            mine = profile == p
+            pick[mine] = hashes_for(p)[flows[mine]] % size[mine].astype(np.uint32)
+        chosen = members[starts[number] + pick]
+        path[flows, length[flows]] = chosen
+        length[flows] += 1
+        node[flows] = index.res_dst[chosen]
+        descending[flows] |= goes_down[chosen]
         moving &= node != leaf
 
     # Whole columns to lists once (a numpy slice and element per flow cost 30 ms at 16k).

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
+import numpy.typing as npt
 
 from topology.errors import PathError, UnreachableError
 from topology.index import BoolArray, FabricIndex, IntArray
@@ -37,6 +38,10 @@ _Step = tuple[IntArray, IntArray, IntArray]
 
 UNREACHABLE = np.iinfo(np.int64).max // 4
 """Distance of a switch that cannot reach the destination (large, and safe to add 1 to)."""
+
+GROUP_CELLS = 1 << 18
+"""Keys x members that :meth:`Routing.groups_many` looks at in one slice (bounds its
+temporaries to a few MB each, whatever the switches' degrees)."""
 
 
 @dataclass
@@ -48,6 +53,19 @@ class DestinationTable:
     up_dist: IntArray
     groups: dict[tuple[int, bool], tuple[int, ...]] = field(default_factory=dict)
     counts: dict[tuple[int, bool], int] = field(default_factory=dict)
+
+
+def _row_minima(rows: npt.NDArray[np.int32], starts: IntArray) -> npt.NDArray[np.int32]:
+    """``np.minimum.reduceat(rows, starts, axis=0)``: the minimum of each run of rows.
+
+    Runs of one length (every switch of a tier with as many links to the next, as in the
+    generated Clos fabrics) as one reshaped minimum: reduceat down the rows of a wide matrix
+    is some ten times slower."""
+    lengths = np.diff(starts, append=len(rows))
+    if starts.size and starts[0] == 0 and bool((lengths == lengths[0]).all()) and lengths[0]:
+        minima: npt.NDArray[np.int32] = rows.reshape(len(starts), int(lengths[0]), -1).min(axis=1)
+        return minima
+    return np.minimum.reduceat(rows, starts, axis=0)
 
 
 class Routing:
@@ -146,9 +164,39 @@ class Routing:
         return group
 
     def distance_rows(self, leaves: IntArray) -> tuple[IntArray, IntArray]:
-        """``down_dist`` and ``up_dist`` toward each of ``leaves``, one row per leaf (from the
-        cached tables), for :meth:`groups_at`."""
-        tables = [self.table(leaf) for leaf in leaves.tolist()]
+        """``down_dist`` and ``up_dist`` toward each of ``leaves``, one row per leaf, for
+        :meth:`groups_many`.
+
+        Leaves without a cached table get theirs from one pass over all of them at once (the
+        same per-tier minima as :meth:`table`, on a leaves x switches matrix): the ECMP
+        baseline at 16k GPUs needs all 512 leaves, and 512 separate passes were a tenth of a
+        second of small numpy calls. The rows are cached as tables like :meth:`table`'s."""
+        wanted = leaves.tolist()
+        missing = [leaf for leaf in dict.fromkeys(wanted) if leaf not in self._tables]
+        if len(missing) > 1:
+            # Switches x leaves (a tier's gather takes whole rows, reduceat runs down columns),
+            # in 32 bits with a sentinel far above any distance: half the memory to stream.
+            down_steps, up_steps = self._tier_steps
+            far = np.int32(1 << 30)
+            down = np.full((self.index.num_switches, len(missing)), far, dtype=np.int32)
+            down[missing, np.arange(len(missing))] = 0
+            for targets, starts, sources in down_steps:
+                best = _row_minima(down[targets], starts) + 1
+                down[sources] = np.minimum(down[sources], best)
+            up = down.copy()
+            for targets, starts, sources in up_steps:
+                best = _row_minima(up[targets], starts) + 1
+                up[sources] = np.minimum(up[sources], best)
+            down_rows, up_rows = (np.ascontiguousarray(d.T, dtype=np.int64) for d in (down, up))
+            for rows in (down_rows, up_rows):
+                rows[rows >= far] = UNREACHABLE
+            for i, leaf in enumerate(missing):
+                self._tables[leaf] = DestinationTable(
+                    leaf=leaf, down_dist=down_rows[i], up_dist=up_rows[i]
+                )
+            if missing == wanted:  # the usual first call: the rows as computed
+                return down_rows, up_rows
+        tables = [self.table(leaf) for leaf in wanted]
         width = self.index.num_switches
         if not tables:
             empty = np.zeros((0, width), dtype=np.int64)
@@ -158,47 +206,101 @@ class Routing:
             np.stack([t.up_dist for t in tables]),
         )
 
-    def groups_at(
+    @cached_property
+    def _padded(self) -> tuple[IntArray, IntArray, IntArray, BoolArray, BoolArray]:
+        """Per switch, its switch-to-switch resources in member order, one row each, padded
+        with -1 to the largest such degree; beside them each switch's degree, and per cell
+        the resource's far end (0 for padding) and whether it is a usable link down or up
+        (false for padding): what :meth:`groups_many` gathers from."""
+        degree = np.asarray([len(out) for out in self._out], dtype=np.int64)
+        width = max(int(degree.max(initial=0)), 1)
+        out = np.full((len(self._out), width), -1, dtype=np.int64)
+        for switch, resources in enumerate(self._out):
+            out[switch, : len(resources)] = resources
+        real = out >= 0
+        res = np.where(real, out, 0)
+        return out, degree, self.index.res_dst[res], self._down[res] & real, self._up[res] & real
+
+    def groups_many(
         self,
-        switch: int,
+        switches: IntArray,
         down: IntArray,
         up: IntArray,
         rows: IntArray,
         descending: BoolArray,
-    ) -> tuple[IntArray, IntArray]:
-        """:meth:`next_hops` of one switch toward many destinations at once, with numpy.
+    ) -> tuple[IntArray, IntArray, IntArray]:
+        """:meth:`next_hops` of many (switch, destination, phase) keys at once, with numpy.
 
-        Row ``i`` of the result holds the members of ``switch``'s group toward the leaf of
-        distance row ``rows[i]`` (of :meth:`distance_rows`) in phase ``descending[i]``, in
-        hash order, padded with -1; the second array holds each group's size. Why: the ECMP
-        baseline of a shuffled ring at 16k GPUs meets some 26,000 distinct groups, and asking
-        :meth:`next_hops` for each one cost a second; this asks once per switch.
+        Key ``i``'s group is that of ``switches[i]`` toward the leaf of distance row
+        ``rows[i]`` (of :meth:`distance_rows`) in phase ``descending[i]``; the result is every
+        group's members one after the other, in key order and hash order within a group,
+        with each group's start in it and its size (``members[starts[i] : starts[i] +
+        sizes[i]]`` is ``next_hops(...)`` of key ``i``). Why: the ECMP baseline of a shuffled
+        ring at 16k GPUs meets some 26,000 distinct groups; asking :meth:`next_hops` for each
+        cost a second, and one call per switch (2,560 of them on a fat-tree) still a third
+        of one. This is one call per forwarding step.
         """
-        out = self._out[switch]
-        nxt = self.index.res_dst[out]
-        column = rows[:, None]
-        d_next, u_next = down[column, nxt], up[column, nxt]
-        d_here, u_here = down[rows, switch], up[rows, switch]
-        goes_down, goes_up = self._down[out][None, :], self._up[out][None, :]
+        degree = self._padded[1]
+        width = int(degree[switches].max(initial=0))  # only as wide as these switches need
+        # In slices of at most GROUP_CELLS keys x members: a 2-tier spine has 512 members, and
+        # a shuffled ring's 16k keys at once would be 8M cells per temporary.
+        step = max(1, GROUP_CELLS // max(width, 1))
+        found = [
+            self._groups_slice(
+                switches[k : k + step],
+                down,
+                up,
+                rows[k : k + step],
+                descending[k : k + step],
+                width,
+            )  # fmt: skip
+            for k in range(0, len(switches), step)
+        ]
+        if not found:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        members = np.concatenate([m for m, _ in found])
+        sizes = np.concatenate([n for _, n in found])
+        starts = np.cumsum(sizes) - sizes
+        return members, starts, sizes
+
+    def _groups_slice(
+        self,
+        switches: IntArray,
+        down: IntArray,
+        up: IntArray,
+        rows: IntArray,
+        descending: BoolArray,
+        width: int,
+    ) -> tuple[IntArray, IntArray]:
+        """:meth:`groups_many` for some keys: their members one after the other, and sizes."""
+        padded, _, far_end, goes_down, goes_up = self._padded
+        out = padded[switches, :width]
+        mask = np.zeros(out.shape, dtype=np.bool_)
         # The rules of next_hops: once descending, down along down_dist only; while climbing,
-        # along the shortest valley-free distance, up or down.
-        if descending.all():
-            mask = goes_down & (d_next == (d_here - 1)[:, None])
-        else:
-            target = (u_here - 1)[:, None]
-            mask = (goes_down & (d_next == target)) | (goes_up & (u_next == target))
-            if descending.any():
-                falling = goes_down & (d_next == (d_here - 1)[:, None])
-                mask = np.where(descending[:, None], falling, mask)
-        mask &= np.where(descending, d_here < UNREACHABLE, u_here < UNREACHABLE)[:, None]
-        sizes = np.count_nonzero(mask, axis=1)
-        if bool((sizes == mask.shape[1]).all()):  # every member in every group (climbing)
-            return np.broadcast_to(out, mask.shape), sizes
-        order = np.argsort(~mask, axis=1, kind="stable")  # members first, in member order
-        # Plain fancy indexing: take_along_axis checks and builds its index in Python per call
-        # (2,000 calls for a 16k-GPU fat-tree's ECMP baseline).
-        line = np.arange(len(order))[:, None]
-        return np.where(mask, out[None, :], -1)[line, order], sizes
+        # along the shortest valley-free distance, up or down. Each key only in its phase.
+        for phase in (True, False):
+            keys = np.flatnonzero(descending == phase)
+            if not keys.size:
+                continue
+            whole = keys.size == len(switches)
+            at, row = (switches, rows) if whole else (switches[keys], rows[keys])
+            nxt, column = far_end[at, :width], row[:, None]
+            if phase:
+                here = down[row, at]
+                hit = goes_down[at, :width] & (down[column, nxt] == (here - 1)[:, None])
+            else:
+                here = up[row, at]
+                target = (here - 1)[:, None]
+                hit = (goes_down[at, :width] & (down[column, nxt] == target)) | (
+                    goes_up[at, :width] & (up[column, nxt] == target)
+                )
+            hit &= (here < UNREACHABLE)[:, None]
+            if whole:
+                mask = hit
+            else:
+                mask[keys] = hit
+        return out[mask], np.count_nonzero(mask, axis=1)  # row by row, in member order
 
     @property
     def down_mask(self) -> BoolArray:
