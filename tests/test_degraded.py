@@ -31,6 +31,7 @@ from topology.generators import (
     leaf_spine,
     rail_optimized,
 )
+from topology.index import IntArray
 from topology.model import Fabric, LinkStatus
 
 FABRICS = {
@@ -218,15 +219,14 @@ def test_restores_reach_the_optimum_with_the_fewest_moves(
     assert after.min_moves <= least <= len(after.moved) <= 1.1 * least
 
 
-def _relaxed_moves(
-    problem: Problem, before: Plan, after: Plan, seconds: float
-) -> list[FewestMoves]:
-    """:func:`solver.moves.fewest_moves` on every part of ``problem``, from ``before``'s paths
-    to the utilization ``after`` reaches there (no incumbent: the relaxation's own search)."""
+def _parts_at(
+    problem: Problem, before: Plan, after: Plan
+) -> list[tuple[IntArray, IntArray, float]]:
+    """Every part of ``problem``: its flows, each one's candidate in ``before`` (``-1`` gone,
+    ``-2`` none) and the utilization ``after`` reaches there (what its moves are measured at)."""
     import numpy as np
 
     from solver.incremental import match_previous
-    from solver.moves import fewest_moves as neighbourhood_moves
 
     prior = match_previous(problem, before.flows, before.paths, before.snapshot)
     now = match_previous(problem, after.flows, after.paths, after.snapshot)
@@ -238,8 +238,20 @@ def _relaxed_moves(
         z = problem.measure(
             problem.loads(members, now.choice[members]), resources=resources
         ).max_utilization
-        out.append(neighbourhood_moves(problem, members, mine, z, time_limit=seconds))
+        out.append((members, mine, z))
     return out
+
+
+def _relaxed_moves(
+    problem: Problem, before: Plan, after: Plan, seconds: float
+) -> list[FewestMoves]:
+    """:func:`solver.moves.fewest_moves` on every part (no incumbent: its own search)."""
+    from solver.moves import fewest_moves as neighbourhood_moves
+
+    return [
+        neighbourhood_moves(problem, members, mine, z, time_limit=seconds)
+        for members, mine, z in _parts_at(problem, before, after)
+    ]
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -611,12 +623,10 @@ def test_the_fat_tree_moves_bound_never_exceeds_the_independent_minimum(
     full fat-trees (a shuffled exchange) after a failure, against the independent CP-SAT
     minimum over routing's own paths: a bound, and stronger than the planner's counting bound
     (which only counts the flows that crossed a failed link and the excess per layer)."""
-    import numpy as np
 
     from c4p.bench import permutation_jobs
     from c4p.bench_failures import failures
     from solver.fattree import analyse
-    from solver.incremental import match_previous
     from solver.patterns import derive_workload
     from solver.planner import flow_weights
     from solver.treefewest import tree_moves_bound
@@ -628,18 +638,10 @@ def test_the_fat_tree_moves_bound_never_exceeds_the_independent_minimum(
     after = plan(snapshot, workload, healthy, budget=5)
     flows, weight = flow_weights(workload)
     problem = build_problem(snapshot, flows, weight)
-    prior = match_previous(problem, healthy.flows, healthy.paths, healthy.snapshot)
-    now = match_previous(problem, after.flows, after.paths, after.snapshot)
     shape = analyse(snapshot, ignore_status=True)
     assert not isinstance(shape, str)
     bound = 0
-    for members, resources in zip(
-        problem.component_flows(), problem.component_resources(), strict=True
-    ):
-        mine = np.where(prior.had[members], prior.choice[members], -2)
-        z = problem.measure(
-            problem.loads(members, now.choice[members]), resources=resources
-        ).max_utilization
+    for members, mine, z in _parts_at(problem, healthy, after):
         part, note = tree_moves_bound(problem, members, mine, shape, z, 30.0)
         assert part is not None, note
         bound += part
