@@ -293,3 +293,23 @@ def test_two_takeovers_from_the_same_state_plan_the_same(cluster: EtcdCluster, p
     assert first["z"] and set(first) == {"x", "y", "z"}
     for name in ("x", "y"):
         assert first[name] == planned[name]  # nothing that did not have to moved
+
+
+def test_held_writes_are_refused_retryably_and_taken_again(
+    cluster: EtcdCluster, prefix: str
+) -> None:
+    """While a replica reloads from etcd its old store refuses writes (a retryable error, so a
+    client tries again and reaches the reloaded runtime); released, it writes as before."""
+    store, election = leading(cluster, prefix)
+    try:
+        store.hold_writes("reloading from etcd")
+        with pytest.raises(StoreError, match="writes held") as refused:
+            store.register_job(job(), 1)
+        assert refused.value.retryable
+        reader = EtcdStore(EtcdClient(cluster.endpoints), prefix)
+        assert reader.load().jobs == {}  # nothing reached etcd
+        store.hold_writes(None)
+        store.register_job(job(), 1)
+        assert list(reader.load().jobs) == [job().job_id]
+    finally:
+        election.resign()

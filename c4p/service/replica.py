@@ -306,11 +306,20 @@ class Replica:
         """Still the leader, but a write got no answer (it may have landed or not): rebuild the
         controller from what etcd holds rather than trust the state in memory. The new runtime
         is built first: if etcd cannot be read now, the old one keeps serving and the reload is
-        tried again at the next check. Streams drop and resume on the same address."""
+        tried again at the next check. While it is built the old one serves but refuses writes
+        (retryable), so nothing it accepts is missing from the new one. Streams drop and
+        resume on the same address."""
         started = time.monotonic()
+        # No write may land between the new store's read and the swap: it would be in etcd
+        # and not in the new runtime. The old runtime refuses them (retryable) meanwhile.
+        held = self.store
+        if held is not None:
+            await asyncio.to_thread(held.hold_writes, "reloading from etcd")
         try:
             store, runtime = await self._build(fence)
         except (StoreError, EtcdError) as exc:
+            if held is not None:
+                held.hold_writes(None)
             log.warning("reload postponed", extra={"event": "reload", "why": str(exc)})
             return
         log.warning("reloading from the store", extra={"event": "reload"})

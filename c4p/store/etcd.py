@@ -153,6 +153,8 @@ class EtcdStore:
         self.prefix = prefix.encode()
         self.compact_every = compact_every
         self.fence: Fence | None = None
+        self._holding: str | None = None
+        """Why writes are refused for now (:meth:`hold_writes`), or ``None``."""
         self._lock = threading.RLock()
         self._manifest = Manifest()
         self._jobs: dict[str, JobDoc] = {}
@@ -282,9 +284,21 @@ class EtcdStore:
 
     # -- writes ----------------------------------------------------------------------------------
 
+    def hold_writes(self, why: str | None) -> None:
+        """Refuse every write with a retryable :class:`StoreError` saying ``why`` (``None``:
+        take them again). Returns once no write is in flight (writes run under the store's
+        lock). Why: a replica reloading from etcd reads it with another store; a write this one
+        took after that read would be in etcd and missing from the reloaded state, an accepted
+        registration lost from the controller (its token then opens nothing). Refused, the
+        client retries and reaches the reloaded runtime."""
+        with self._lock:
+            self._holding = why
+
     def _txn(self, ops: Sequence[pb.RequestOp], absent: bytes | None = None) -> pb.TxnResponse:
         """One fenced transaction: it writes only while this replica holds the leader key (and,
         with ``absent``, only if that key does not exist)."""
+        if self._holding is not None:
+            raise StoreError(f"etcd store: writes held ({self._holding}); try again")
         if self.fence is None:
             raise FencedError("etcd store: this replica is not the leader; it does not write")
         if not self._loaded:
