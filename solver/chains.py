@@ -84,6 +84,8 @@ class State:
         self._sorted: tuple[IntArray, IntArray] | None = None
         self._since: set[int] = set()
         self._rows: dict[tuple[int, int], IntArray] = {}
+        self._moving: dict[tuple[int, int], tuple[IntArray, FloatArray, FloatArray]] = {}
+        self._held = 0
 
     def on(self, r: int) -> list[int]:
         """Positions of the flows whose current path crosses resource ``r``.
@@ -117,6 +119,27 @@ class State:
 
     def candidates(self, i: int) -> IntArray:
         return self.problem.candidates(int(self.pair[i]))
+
+    def moving(self, i: int, old: int) -> tuple[IntArray, FloatArray, FloatArray]:
+        """Flow ``i``'s candidates, their resources' scales, and what moving ``i`` there from
+        candidate ``old`` adds to their loads (nothing where a candidate shares a resource
+        with ``old``: a pair's paths cross each layer at the same hop); remembered, as a chain
+        search asks about the same few flows thousands of times."""
+        key = (i, old)
+        found = self._moving.get(key)
+        if found is None:
+            rows = self.candidates(i)
+            if self._held > MOVING_HELD:
+                self._moving.clear()
+                self._held = 0
+            self._held += rows.size
+            scale = self.problem.scale[rows]
+            w = float(self.weight[i])
+            extra = (
+                np.full(rows.shape, w) if old < 0 else np.where(rows == self.row(i, old), 0.0, w)
+            )
+            found = self._moving[key] = (rows, scale, extra)
+        return found
 
     def remove(self, i: int) -> None:
         k = int(self.choice[i])
@@ -171,6 +194,11 @@ class State:
         return int(tied[0])
 
 
+MOVING_HELD = 1_000_000
+"""Candidate entries :meth:`State.moving` keeps (about 24 MB; a 3-tier pair has up to a
+thousand candidates) before it starts again."""
+
+
 def restore(state: State, saved: IntArray) -> None:
     for g in np.flatnonzero(state.choice != saved).tolist():
         state.remove(g)
@@ -213,73 +241,85 @@ def _price(state: State, g: int, k: int) -> int:
     return 1 if state.choice[g] == before else 0
 
 
-def _shift(state: State, chain: list[tuple[int, int]], sign: float) -> None:
-    """Add (``sign`` 1) or take back (-1) the chain's moves on the loads only: a search
-    looks at hundreds of chains and makes none of them. (A path crosses a resource once.)"""
-    load = state.load
-    for g, k in chain:
-        w = float(state.weight[g]) * sign
-        old = int(state.choice[g])
-        if old >= 0:
-            load[state.row(g, old)] -= w
-        load[state.row(g, k)] += w
-    load[state.problem.pad] = 0.0
+Step = tuple[IntArray, FloatArray]
+"""What a chain's moves change on the loads: resources (repeats allowed) and amounts."""
+
+_NO_STEP: Step = (np.zeros(0, dtype=np.int64), np.zeros(0))
+
+
+def _step(state: State, step: Step, g: int, k: int) -> Step:
+    """``step`` with the move of ``g`` (from where it is now) to candidate ``k`` added."""
+    w = float(state.weight[g])
+    old = int(state.choice[g])
+    new = state.row(g, k)
+    parts, amounts = [step[0], new], [step[1], np.full(new.size, w)]
+    if old >= 0:
+        parts.append(state.row(g, old))
+        amounts.append(np.full(new.size, -w))
+    return np.concatenate(parts), np.concatenate(amounts)
+
+
+def _apply(state: State, step: Step, sign: float) -> None:
+    """Add (``sign`` 1) or take back (-1) a chain's moves on the loads, in one call (the
+    search looks at thousands of chains and makes only the one it keeps)."""
+    if step[0].size:
+        np.add.at(state.load, step[0], step[1] * sign)
+        state.load[state.problem.pad] = 0.0
 
 
 def _expand(
     state: State,
     res: int,
     chain: list[tuple[int, int]],
+    step: Step,
     price: int,
     frozen: set[int],
     budget: int,
     done: set[int],
-    queue: deque[tuple[int, list[tuple[int, int]], int]],
+    queue: deque[tuple[int, list[tuple[int, int]], Step | None, int]],
 ) -> tuple[list[tuple[int, int]], int] | None:
-    """One step of :func:`relieve`: the flows on ``res`` (after ``chain``) and where they
-    could go; a finished chain is made and returned, longer ones are queued."""
-    scale = state.problem.scale
+    """One step of :func:`relieve`: the flows on ``res`` (after ``chain``, whose load changes
+    are ``step``) and where they could go; a finished chain is made and returned, longer ones
+    are queued."""
     limit = state.limit
+    load = state.load
+    prior, choice = state.prior, state.choice
     busy = frozen | {g for g, _ in chain}
-    _shift(state, chain, 1.0)
+    _apply(state, step, 1.0)
     try:
         for g in state.on(res):
             if g in busy:
                 continue
-            before = int(state.prior[g])
-            old = int(state.choice[g])
+            before = int(prior[g])
+            old = int(choice[g])
             if before >= 0 and old == before and price + 1 >= budget:
                 continue  # any move of it costs one, which the budget does not allow
-            rows = state.candidates(g)
-            # Where a candidate shares a resource with its current path (the same column: a
-            # pair's paths cross each layer at the same hop), moving adds nothing there.
-            stays = rows == state.row(g, old)
-            util = (state.load[rows] + state.weight[g] * ~stays) * scale[rows]
-            blocked = util > limit
+            rows, scale, extra = state.moving(g, old)
+            blocked = (load[rows] + extra) * scale > limit
             count = blocked.sum(axis=1)
             count[old] = rows.shape[1] + 1
             for k in np.flatnonzero(count == 0).tolist():
                 total = price + _price(state, g, k)
                 if total < budget:
                     moves = [*chain, (g, k)]
-                    _shift(state, chain, -1.0)
-                    chain = []  # taken back: nothing for ``finally`` to undo
+                    _apply(state, step, -1.0)
+                    step = _NO_STEP  # taken back: nothing for ``finally`` to undo
                     _make(state, moves)
                     return moves, total
             for k in np.flatnonzero(count == 1).tolist():
-                step = _price(state, g, k)
-                if price + max(step, 0) >= budget:
+                cost = _price(state, g, k)
+                if price + max(cost, 0) >= budget:
                     continue
                 nxt = int(rows[k][blocked[k]][0])
                 if nxt in done:
                     continue
-                item = (nxt, [*chain, (g, k)], price + step)
-                if step <= 0:
+                item = (nxt, [*chain, (g, k)], step, price + cost)
+                if cost <= 0:
                     queue.appendleft(item)
                 else:
                     queue.append(item)
     finally:
-        _shift(state, chain, -1.0)
+        _apply(state, step, -1.0)
     return None
 
 
@@ -299,23 +339,33 @@ def relieve(
     made it overfull)``, searched together. Returns the moves ``(flow, candidate)``, made,
     and their price, or ``None`` (nothing changed)."""
     starts = [(r, [])] if isinstance(r, int) else r
-    queue: deque[tuple[int, list[tuple[int, int]], int]] = deque(
-        (res, chain, 0) for res, chain in starts
+    queue: deque[tuple[int, list[tuple[int, int]], Step | None, int]] = deque(
+        (res, chain, None, 0) for res, chain in starts
     )
     done: set[int] = set()
     visited = 0
     while queue:
-        res, chain, price = queue.popleft()
+        res, chain, before, price = queue.popleft()
         if res in done or len(chain) >= CHAIN_DEPTH:
             continue
         done.add(res)
         visited += 1
         if visited > CHAIN_NODES:
             return None
-        found = _expand(state, res, chain, price, frozen, budget, done, queue)
+        # The load changes of a queued chain are worked out only once it is expanded: most
+        # are never (a 3-tier step queues about fifteen).
+        step = _chain_step(state, chain) if before is None else _step(state, before, *chain[-1])
+        found = _expand(state, res, chain, step, price, frozen, budget, done, queue)
         if found is not None:
             return found
     return None
+
+
+def _chain_step(state: State, chain: list[tuple[int, int]]) -> Step:
+    step = _NO_STEP
+    for g, k in chain:
+        step = _step(state, step, g, k)
+    return step
 
 
 def chain_options(
