@@ -32,11 +32,20 @@ and the cheapest result kept; moved flows are then sent back where a free chain 
 means: the degraded colouring's chains move many flows that a chain of already-moved flows
 could return (a 16k-GPU lost core: 260 moved besides the crossed, 204 after 0.15 s of it).
 
+**Two full links.** Where a few displaced flows (a single link's worth) were placed but moved
+others, the repair runs again with each flow also trying options full at *two* links, each
+relieved by its own chain (:func:`_place_on_two`), and keeps that if it moves fewer. On a full
+fabric an option full at both leaf links is often relieved by one direct move at each, where
+every one-link chain is a long detour.
+
 **Measured** (3-tier 4,096 GPUs, shuffled ring, light uplink down): the first order places the
 three displaced flows moving 12 others (15 in all, as the generic repair) in 20-60 ms where the
-generic search took 0.1-0.17 s; the lost-core, drained-core and light-uplink rows at 16,384
-GPUs find no one-resource chain (a pod's agg short of core links needs flows to leave it at
-both leaf ends) and fall to the degraded colouring, sent back.
+generic search took 0.1-0.17 s; the second run with two-link options moves 13 (the minimum is
+12) for about 0.15 s more. Over eight light-uplink cases (2,048 and 4,096 GPUs, four seeds) it
+moved fewer in four (10 to 9, 13 to 10, 15 to 13, 12 to 10) and never more. The lost-core,
+drained-core and light-uplink rows at 16,384 GPUs find no one-resource chain (a pod's agg
+short of core links needs flows to leave it at both leaf ends) and fall to the degraded
+colouring, sent back.
 
 **Guarantee.** None beyond what is checked: the result is returned only when every flow is on a
 usable option and no switch link carries more than ``target`` flows, so it meets the bound when
@@ -182,8 +191,9 @@ def _relieve(
     return None
 
 
-def _place(state: Counts, f: int, deadline: float) -> int | None:
-    """Put unplaced flow ``f`` where the fewest new moves make room; their price, or ``None``."""
+def _place(state: Counts, f: int, deadline: float, two: bool = False) -> int | None:
+    """Put unplaced flow ``f`` where the fewest new moves make room; their price, or ``None``.
+    ``two`` also tries options full on two links (:func:`_place_on_two`)."""
     count, hi, lo = state.blocked(f)
     free = np.flatnonzero(count == 0)
     if free.size:  # room everywhere: the option with the most slack on its fullest link
@@ -198,8 +208,84 @@ def _place(state: Counts, f: int, deadline: float) -> int | None:
         if key not in seen:
             seen.add(key)
             starts.append((key, [(f, k)]))
+    saved = state.option.copy()
     found = _relieve(state, starts, {f}, DEPTH + 1, deadline)
-    return None if found is None else found[1]
+    if found is None:
+        return None
+    if two and found[1] > 1:
+        return _place_on_two(state, f, (count, hi, lo), seen, saved, found[1], deadline)
+    return found[1]
+
+
+TWO_STARTS = 64
+"""Options full on two links a flow tries once its cheapest one-link chain costs more than
+one move (see :func:`_place_on_two`)."""
+
+TWO_FLOWS = 8
+"""Most displaced flows for which a repair that moved more than them is tried again with
+options full on two links (a failed, drained or restored link's worth; a lost core displaces
+dozens, where the second repair cost 0.2-0.3 s at 16,384 GPUs and moved more)."""
+
+
+def _place_on_two(
+    state: Counts,
+    f: int,
+    blocked: tuple[IntArray, IntArray, IntArray],
+    seen: set[tuple[int, ...]],
+    saved: IntArray,
+    cost: int,
+    deadline: float,
+) -> int:
+    """With ``f`` placed by a one-link chain of price ``cost`` (made; ``saved`` the state
+    before it), try ``f`` on options full on two links instead, each link relieved by its own
+    chain, and keep the cheapest (made); its price.
+
+    Why: on a full 3-tier fabric a flow entering a leaf whose uplink failed finds one-link
+    chains only through long detours, while an option full at both its leaf links is often
+    relieved by one direct move at each (4,096 GPUs, a light uplink lost: 15 moves in all with
+    one-link chains only, 13 with these, the minimum 12). Each second chain's floor
+    (:func:`_floor`) is kept out of the first one's budget: a search under a budget ends only
+    when the budget is spent, so a tight one is most of the saving. Only where a one-link
+    chain was found: where none is, the degraded colouring follows, and this would only cost
+    time (16,384 GPUs: 0.15 s, nothing found)."""
+    count, hi, lo = blocked
+    best = state.option.copy()
+    _restore(state, saved)
+    tried = 0
+    for k in np.flatnonzero(count == 2).tolist():
+        if cost <= 1 or tried >= TWO_STARTS or time.perf_counter() > deadline:
+            break
+        key = (min(int(lo[k]), int(hi[k])), max(int(lo[k]), int(hi[k])))
+        if key in seen:
+            continue
+        seen.add(key)
+        floors = [_floor(state, r) for r in key]
+        if sum(floors) >= cost:
+            continue
+        tried += 1
+        state.set(f, k)
+        price = 0
+        for n, r in enumerate(key):
+            if state.load[r] <= state.room[r]:
+                continue
+            left = cost - price - sum(floors[n + 1 :])
+            got = _relieve(state, [((r,), [])], {f}, left, deadline)
+            if got is None:
+                price = cost
+                break
+            price += got[1]
+        if price < cost:
+            cost, best = price, state.option.copy()
+        _restore(state, saved)
+    _restore(state, best)
+    return cost
+
+
+def _floor(state: Counts, r: int) -> int:
+    """What relieving link ``r`` costs at least: one where every flow on it is still on its
+    previous option (moving any is a new move), else nothing."""
+    prior, option = state.prior, state.option
+    return int(all(prior[g] >= 0 and option[g] == prior[g] for g in state.on(r)))
 
 
 def _restore(state: Counts, saved: IntArray) -> None:
@@ -235,7 +321,9 @@ def _send_back(state: Counts, deadline: float = float("inf")) -> None:
             return
 
 
-def _run(state: Counts, order: list[int], deadline: float, budget: int) -> int | None:
+def _run(
+    state: Counts, order: list[int], deadline: float, budget: int, two: bool = False
+) -> int | None:
     """Relieve over-full resources, place ``order``'s flows, send moved ones back: the
     moves, or ``None`` where something found no chain (or the moves reached ``budget``)."""
     for _ in range(state.option.size):
@@ -248,7 +336,7 @@ def _run(state: Counts, order: list[int], deadline: float, budget: int) -> int |
         ):
             return None
     for f in order:
-        if time.perf_counter() > deadline or _place(state, f, deadline) is None:
+        if time.perf_counter() > deadline or _place(state, f, deadline, two) is None:
             return None
         if state.moves() >= budget:
             return None
@@ -314,6 +402,13 @@ def repair_tree(
             best, fewest = state.option.copy(), got
             if fewest <= must:  # no order moves fewer
                 break
+    if best is not None and must < fewest and len(todo) <= TWO_FLOWS:
+        # Placed by one-link chains, moving others: again in the first order, each flow
+        # also trying options full on two links (_place_on_two), kept if it moves fewer.
+        _restore(state, start)
+        got = _run(state, todo, deadline, fewest, two=True)
+        if got is not None and got < fewest:
+            best, fewest = state.option.copy(), got
     if best is None:
         return None
     agg = np.full(s.size, -1, dtype=np.int64)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
@@ -249,3 +250,49 @@ def test_sending_moved_flows_back_keeps_the_target_and_moves_fewer() -> None:
             assert usable[r]
             count[r] += 1
     assert count.max() <= best
+
+
+def test_options_full_on_two_links_let_a_light_uplink_repair_move_fewer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 2,048-GPU fat-tree under a shuffled ring loses its lightest leaf uplink: the chains
+    that place each displaced flow on an option full at two links, each relieved by its own
+    chain (solver.treemoves._place_on_two), move fewer flows than one-link chains alone,
+    at the same optimum utilization and over usable equal-cost paths only; and no fewer than
+    the fat-tree moves bound (solver.treefewest)."""
+    from c4p.bench import permutation_jobs
+    from c4p.bench_failures import failures
+    from solver import treemoves
+    from solver.incremental import match_previous
+    from solver.patterns import derive_workload
+    from solver.planner import flow_weights
+    from solver.problem import build_problem
+    from solver.treefewest import tree_moves_bound
+    from topology.generators import sized_for_gpus
+
+    fabric = sized_for_gpus("fat-tree", 2048)
+    workload = derive_workload(fabric, permutation_jobs(2, seed=3)(fabric))
+    healthy = plan(fabric, workload, budget=10)
+    snapshot = fabric.with_link_status(failures(fabric, healthy)["uplink (light)"])
+    both = plan(snapshot, workload, healthy, budget=10)
+    monkeypatch.setattr(treemoves, "TWO_FLOWS", 0)
+    one = plan(snapshot, workload, healthy, budget=10)
+    for again in (both, one):
+        assert_valid(again, snapshot)
+        assert again.objective.max_utilization == healthy.objective.max_utilization
+        assert [p.method for p in again.parts if p.method != "kept"] == ["tree-repair"]
+    # when written: 13 moved with one-link chains only, 10 with both, and the bound is 10
+    assert len(both.moved) < len(one.moved)
+    shape = analyse(snapshot, ignore_status=True)
+    assert not isinstance(shape, str)
+    problem = build_problem(snapshot, *flow_weights(workload), healthy.candidates)
+    prior = match_previous(problem, healthy.flows, healthy.paths, healthy.snapshot)
+    bound = 0
+    for members in problem.component_flows():
+        mine = np.where(prior.had[members], prior.choice[members], -2)
+        if np.any(mine == -1):  # a part with displaced flows
+            z = float(both.objective.max_utilization)
+            found, note = tree_moves_bound(problem, members, mine, shape, z, 120)
+            assert found is not None, note
+            bound += found
+    assert 0 < bound <= len(both.moved)
