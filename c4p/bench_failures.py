@@ -277,14 +277,14 @@ def least_moves(
             found_total += moves
             continue
         z = problem.measure(problem.loads(members, chosen), resources=resources).max_utilization
-        tree = None
-        if isinstance(shape, FatTreeShape):  # the aggregated LP: exact in integers, small
-            tree = tree_moves_bound(problem, members, mine, shape, z, TREE_BOUND_SECONDS)[0]
+        tree, exact = None, False
+        if isinstance(shape, FatTreeShape):  # the aggregated LP: exact in integers
+            tree, _, exact = tree_moves_bound(problem, members, mine, shape, z, TREE_BOUND_SECONDS)
         if tree is not None and tree >= moves:
             total += moves
             found_total += moves
             continue
-        if tree is None:
+        if not exact:  # no fat-tree, or its LP's rows still being generated when time ran out
             found = fewest_moves(problem, members, mine, z, chosen, time_limit=seconds)
         else:  # its relaxation grows by links on a fat-tree and proves less than ``tree``
             found = FewestMoves(None, None, 0, False, "fat-tree: the aggregated bound instead")
@@ -308,9 +308,11 @@ SEARCH_SECONDS = 20.0
 """Time for the repairs that look ahead over their chains, where the minimum is not proven
 (the fewest moves found, the upper end of a range)."""
 
-TREE_BOUND_SECONDS = 600.0
+TREE_BOUND_SECONDS = 420.0
 """Time for the fat-tree moves bound's LP (:mod:`solver.treefewest`): 6-150 s at 4,096 GPUs
-on a loaded machine; at 16,384 the model is over its size limit and not built."""
+on a loaded machine; at 16,384 its agg-core rows are generated, and two rounds take about
+330 s (the light-uplink row: at least 11 after the first, 13 after the second; the rounds
+after that take ten minutes each)."""
 
 
 def _maker(kind: str, gpus: int) -> Callable[[], Fabric]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -41,11 +41,16 @@ from topology.index import BoolArray, IntArray
 if TYPE_CHECKING:
     from ortools.linear_solver import pywraplp
 
-__all__ = ["tree_moves_bound"]
+__all__ = ["TreeBound", "tree_moves_bound"]
 
 MAX_VARIABLES = 300_000
-"""Largest model built: 3-tier 4,096 GPUs is 134,000 variables (its LP 6-140 s here); 16,384
-GPUs is about 700,000, and HiGHS had not solved its LP after 25 minutes."""
+"""Largest model solved with every row at once: 3-tier 4,096 GPUs is 134,000 variables (its LP
+6-140 s here); 16,384 GPUs is about 700,000, and HiGHS had not solved that LP after 25
+minutes. Larger models have their agg-core rows generated (see :func:`tree_moves_bound`)."""
+
+MAX_GENERATED = 1_500_000
+"""Largest model whose agg-core rows are generated (16,384 GPUs: about 790,000 variables,
+2.6 GB); beyond it no model is built."""
 
 
 def _options(problem: Problem, flows: IntArray, prior: IntArray, shape: FatTreeShape) -> tuple[
@@ -62,6 +67,15 @@ def _options(problem: Problem, flows: IntArray, prior: IntArray, shape: FatTreeS
     return leaves[:, 0], leaves[:, 1], agg, core
 
 
+class TreeBound(NamedTuple):
+    """A lower bound on the fewest moves (``None``: not computed), why, and whether it is the
+    full LP's optimum (``False`` when rows were still being generated when time ran out)."""
+
+    bound: int | None
+    note: str
+    exact: bool = False
+
+
 def tree_moves_bound(
     problem: Problem,
     flows: IntArray,
@@ -69,7 +83,7 @@ def tree_moves_bound(
     shape: FatTreeShape,
     z: float,
     time_limit: float,
-) -> tuple[int | None, str]:
+) -> TreeBound:
     """A lower bound on the flows of ``flows`` (one component of a fat-tree, equal weights)
     that must leave their previous candidate (``prior``: ``-1`` gone, ``-2`` none before) for
     every switch link to be at utilization ``<= z``, and a note; ``None`` where the LP is not
@@ -77,9 +91,9 @@ def tree_moves_bound(
     start = time.perf_counter()
     weights = problem.weight[flows]
     if not len(flows) or np.any(weights != weights[0]):
-        return None, "fat-tree moves bound: unequal weights, not computed"
+        return TreeBound(None, "fat-tree moves bound: unequal weights, not computed")
     if np.any(problem.pair[flows] < 0):
-        return None, "fat-tree moves bound: a flow without a switch path, not computed"
+        return TreeBound(None, "fat-tree moves bound: a flow without a switch path, not computed")
     from ortools.linear_solver import pywraplp
 
     cap = _capacities(problem, float(weights[0]), z)
@@ -90,8 +104,7 @@ def tree_moves_bound(
     pod = shape.pod
     solver = pywraplp.Solver.CreateSolver("HIGHS_LP")
     if solver is None:
-        return None, "fat-tree moves bound: no HiGHS in this OR-Tools"
-    solver.SetTimeLimit(max(1, int(time_limit * 1000)))
+        return TreeBound(None, "fat-tree moves bound: no HiGHS in this OR-Tools")
     solver.SetSolverSpecificParametersAsString("output_flag=false")  # see solver.moves._lp
     infinity = solver.infinity()
     pairs, pair_of, n = np.unique(np.stack([s, t], axis=1), axis=0, return_inverse=True,
@@ -99,11 +112,13 @@ def tree_moves_bound(
     pair_of = pair_of.ravel()
     pod_pairs = np.unique(pod[pairs[:, 0]] * shape.pods + pod[pairs[:, 1]]).size
     variables = len(pairs) * a_count + pod_pairs * a_count * shape.cores_per_group
-    if variables > MAX_VARIABLES:
-        return None, (
-            f"fat-tree moves bound: {variables:,} variables > {MAX_VARIABLES:,}, not built"
+    if variables > MAX_GENERATED:
+        return TreeBound(
+            None, f"fat-tree moves bound: {variables:,} variables > {MAX_GENERATED:,}, not built"
         )
+    generate = variables > MAX_VARIABLES
     rows: dict[tuple[str, int, int, int], pywraplp.Constraint] = {}
+    uses: dict[int, list[pywraplp.Variable]] = {}  # per agg-core link, the counts crossing it
 
     def row(key: tuple[str, int, int, int], bound: float) -> pywraplp.Constraint:
         found = rows.get(key)
@@ -125,7 +140,9 @@ def tree_moves_bound(
                 split = rows.get(("split", int(pod[a]), int(pod[b]), j))
                 if split is None:
                     split = rows["split", int(pod[a]), int(pod[b]), j] = solver.Constraint(0, 0)
-                    _cores(solver, shape, cap, split, rows, int(pod[a]), int(pod[b]), j)
+                    cores = _cores(solver, shape, cap, split, rows, int(pod[a]), int(pod[b]), j)
+                    for r, v_rg in cores:
+                        uses.setdefault(r, []).append(v_rg)
                 split.SetCoefficient(v, -1.0)
     kept = _kept(solver, shape, rows, x, pair_of, pairs, agg, core, had)
     objective = solver.Objective()
@@ -133,15 +150,111 @@ def tree_moves_bound(
         objective.SetCoefficient(v, -1.0)
     objective.SetOffset(float(np.count_nonzero(had)))
     objective.SetMinimization()
+    if not generate:
+        for r, crossing in uses.items():
+            _link_row(solver, float(cap[r]), crossing)
+        return _solve_once(solver, objective, forced, len(flows), z, start, time_limit)
+    return _generate(solver, objective, uses, cap, shape, forced, len(flows), z, start, time_limit)
+
+
+def _link_row(
+    solver: pywraplp.Solver, cap: float, crossing: list[pywraplp.Variable]
+) -> pywraplp.Constraint:
+    """An agg-core link's capacity over the core counts crossing it."""
+    c = solver.Constraint(-solver.infinity(), cap)
+    for v in crossing:
+        c.SetCoefficient(v, 1.0)
+    return c
+
+
+def _solve_once(
+    solver: pywraplp.Solver,
+    objective: pywraplp.Objective,
+    forced: int,
+    flows: int,
+    z: float,
+    start: float,
+    time_limit: float,
+) -> TreeBound:
+    from ortools.linear_solver import pywraplp
+
+    solver.SetTimeLimit(max(1, int((time_limit - (time.perf_counter() - start)) * 1000)))
     status = solver.Solve()
     seconds = time.perf_counter() - start
     size = f"{solver.NumVariables():,} variables, {solver.NumConstraints():,} rows"
     if status == pywraplp.Solver.INFEASIBLE:
-        return len(flows) + 1, f"fat-tree moves bound: infeasible at {z:g} ({size})"
+        return TreeBound(flows + 1, f"fat-tree moves bound: infeasible at {z:g} ({size})", True)
     if status != pywraplp.Solver.OPTIMAL:
-        return None, f"fat-tree moves bound: LP not solved ({size}, {seconds:.1f} s)"
+        return TreeBound(None, f"fat-tree moves bound: LP not solved ({size}, {seconds:.1f} s)")
     bound = forced + math.ceil(objective.Value() - 1e-6)
-    return bound, f"fat-tree moves bound: {bound} ({size}, {seconds:.1f} s)"
+    return TreeBound(bound, f"fat-tree moves bound: {bound} ({size}, {seconds:.1f} s)", True)
+
+
+def _generate(
+    solver: pywraplp.Solver,
+    objective: pywraplp.Objective,
+    uses: dict[int, list[pywraplp.Variable]],
+    cap: IntArray,
+    shape: FatTreeShape,
+    forced: int,
+    flows: int,
+    z: float,
+    start: float,
+    time_limit: float,
+) -> TreeBound:
+    """The LP with its agg-core rows generated: solved first with none, then again with the
+    rows of every agg whose links the answer overfills (all of that agg's core links, both
+    ways: the answer moves to its siblings otherwise), until none is overfilled (the full LP's
+    optimum) or the time is spent. Every round's LP has a subset of the full LP's rows, so its
+    optimum, rounded up, is a lower bound too: the last one solved is returned.
+
+    Why: with every row, the 16,384-GPU LP was unsolved after 25 minutes; without the agg-core
+    rows it solves in about a minute, and a few rounds add back the few thousand that bind
+    (the light-uplink row: 11, 13, 13, 14 over four rounds)."""
+    bound: int | None = None
+    note = "fat-tree moves bound: no round solved"
+    added: set[int] = set()
+    for round_ in range(1, GENERATE_ROUNDS + 1):
+        if time.perf_counter() - start >= time_limit:
+            break
+        got, said, _ = _solve_once(solver, objective, forced, flows, z, start, time_limit)
+        if got is None:
+            break
+        bound = got if bound is None else max(bound, got)
+        if got > flows:  # infeasible already without some rows
+            return TreeBound(got, said, True)
+        load: dict[int, float] = {}
+        for r, crossing in uses.items():
+            if r not in added:
+                total = sum(v.solution_value() for v in crossing)
+                if total > cap[r] + 1e-6:
+                    load[r] = total
+        rounds = f"{round_} round(s) of agg-core rows generated, {len(added):,} added"
+        if not load:
+            return TreeBound(
+                bound, f"{said} ({rounds}; none overfilled: the full LP's optimum)", True
+            )
+        note = f"{said} ({rounds}; {len(load):,} links overfilled, not converged)"
+        for r in _siblings(shape, load):
+            if r not in added and r in uses:
+                added.add(r)
+                _link_row(solver, float(cap[r]), uses[r])
+    return TreeBound(bound, note)
+
+
+GENERATE_ROUNDS = 12
+"""Most rounds of generated rows."""
+
+
+def _siblings(shape: FatTreeShape, over: dict[int, float]) -> list[int]:
+    """Every core link, both ways, of the aggs with an overfilled one."""
+    pods, aggs = shape.agg_up.shape[:2]
+    marked = np.zeros((pods, aggs), dtype=bool)
+    want = np.zeros(int(max(shape.agg_up.max(), shape.agg_down.max())) + 1, dtype=bool)
+    want[list(over)] = True
+    marked |= want[shape.agg_up].any(axis=2) | want[shape.agg_down].any(axis=2)
+    out = np.concatenate([shape.agg_up[marked].ravel(), shape.agg_down[marked].ravel()])
+    return [int(r) for r in out]
 
 
 def _capacities(problem: Problem, w: float, z: float) -> IntArray:
@@ -163,19 +276,17 @@ def _cores(
     p: int,
     q: int,
     j: int,
-) -> None:
-    """The core counts ``z[p, q, j, g]`` of one pod pair and agg index, on their agg-core
-    links' rows (created on first use)."""
+) -> list[tuple[int, pywraplp.Variable]]:
+    """The core counts ``z[p, q, j, g]`` of one pod pair and agg index, each with the two
+    agg-core links it crosses (their rows are made by the caller)."""
+    out = []
     for g in range(shape.cores_per_group):
         up, down = int(shape.agg_up[p, j, g]), int(shape.agg_down[q, j, g])
         v = solver.NumVar(0.0, float(min(cap[up], cap[down])), "")
         rows["z", p * shape.pods + q, j, g] = _single(solver, v)
         split.SetCoefficient(v, 1.0)
-        for kind, r in (("aggup", up), ("aggdown", down)):
-            key = (kind, r, 0, 0)
-            if key not in rows:
-                rows[key] = solver.Constraint(-solver.infinity(), float(cap[r]))
-            rows[key].SetCoefficient(v, 1.0)
+        out += [(up, v), (down, v)]
+    return out
 
 
 def _single(solver: pywraplp.Solver, v: pywraplp.Variable) -> pywraplp.Constraint:

@@ -642,9 +642,50 @@ def test_the_fat_tree_moves_bound_never_exceeds_the_independent_minimum(
     assert not isinstance(shape, str)
     bound = 0
     for members, mine, z in _parts_at(problem, healthy, after):
-        part, note = tree_moves_bound(problem, members, mine, shape, z, 30.0)
+        part, note, _ = tree_moves_bound(problem, members, mine, shape, z, 30.0)
         assert part is not None, note
         bound += part
     least = fewest_moves(snapshot, list(workload.flows), healthy.paths, after=after.paths)
     assert bound <= least
     assert after.min_moves is not None and bound > after.min_moves  # more than counting gives
+
+
+@pytest.mark.parametrize(("k", "seed", "kind"), [(4, 2, "uplink (light)"), (6, 3, "spine drained")])
+def test_the_fat_tree_moves_bound_with_generated_rows_converges_to_the_full_lps(
+    k: int, seed: int, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fat-tree moves bound built with its agg-core rows generated round by round (as on
+    16,384 GPUs, where the full LP is too hard) ends at the full LP's bound: once no link is
+    overfilled, the relaxed optimum is feasible for the full LP and so optimal there. And
+    every round on the way is a bound too: never above the full one."""
+    from c4p.bench import permutation_jobs
+    from c4p.bench_failures import failures
+    from solver import treefewest
+    from solver.fattree import analyse
+    from solver.patterns import derive_workload
+    from solver.planner import flow_weights
+
+    fabric = fat_tree(FatTreeParams.model_validate({"k": k}))
+    workload = derive_workload(fabric, permutation_jobs(2, seed=seed)(fabric))
+    healthy = plan(fabric, workload, budget=5)
+    snapshot = fabric.with_link_status(failures(fabric, healthy)[kind])
+    after = plan(snapshot, workload, healthy, budget=5)
+    problem = build_problem(snapshot, *flow_weights(workload))
+    shape = analyse(snapshot, ignore_status=True)
+    assert not isinstance(shape, str)
+    for members, mine, z in _parts_at(problem, healthy, after):
+        full, note, exact = treefewest.tree_moves_bound(problem, members, mine, shape, z, 30.0)
+        assert full is not None and exact, note
+        assert "generated" not in note
+        with monkeypatch.context() as patched:
+            patched.setattr(treefewest, "MAX_VARIABLES", 0)
+            patched.setattr(treefewest, "GENERATE_ROUNDS", 1)
+            first, note, _ = treefewest.tree_moves_bound(problem, members, mine, shape, z, 30.0)
+            assert first is not None and "1 round(s)" in note, note
+            assert first <= full
+            patched.setattr(treefewest, "GENERATE_ROUNDS", 50)
+            generated, note, exact = treefewest.tree_moves_bound(
+                problem, members, mine, shape, z, 30.0
+            )
+        assert "the full LP's optimum" in note and exact, note
+        assert generated == full

@@ -292,7 +292,7 @@ def test_options_full_on_two_links_let_a_light_uplink_repair_move_fewer(
         mine = np.where(prior.had[members], prior.choice[members], -2)
         if np.any(mine == -1):  # a part with displaced flows
             z = float(both.objective.max_utilization)
-            found, note = tree_moves_bound(problem, members, mine, shape, z, 120)
+            found, note, _ = tree_moves_bound(problem, members, mine, shape, z, 120)
             assert found is not None, note
             bound += found
     assert 0 < bound <= len(both.moved)
