@@ -23,6 +23,12 @@ completed. Hence the integer optimum is the fewest moves, and the LP optimum rou
 **lower bound** on it: ``A x pairs + A x G x pod pairs`` variables (about 0.7 million at 16,384
 GPUs, where a path model has 15 million).
 
+**Generated rows.** Over :data:`MAX_VARIABLES` the LP with every row is too hard for HiGHS
+(16,384 GPUs: unsolved after 25 minutes), so its agg-core rows are left out and added back
+round by round where the answer overfills a link (:func:`_generate`). Each round is a
+relaxation of the full LP, so each rounded-up optimum is a bound already; once nothing is
+overfilled the round's answer is feasible for the full LP and so its optimum.
+
 Bound only: the caller has a plan, and an LP answer would still need its cores assigned.
 """
 
