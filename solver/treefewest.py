@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -156,11 +157,12 @@ def tree_moves_bound(
         objective.SetCoefficient(v, -1.0)
     objective.SetOffset(float(np.count_nonzero(had)))
     objective.SetMinimization()
+    lp = _Lp(solver, objective, forced, len(flows), z, start, time_limit)
     if not generate:
         for r, crossing in uses.items():
             _link_row(solver, float(cap[r]), crossing)
-        return _solve_once(solver, objective, forced, len(flows), z, start, time_limit)
-    return _generate(solver, objective, uses, cap, shape, forced, len(flows), z, start, time_limit)
+        return lp.solve()
+    return _generate(lp, uses, cap, shape)
 
 
 def _link_row(
@@ -173,40 +175,39 @@ def _link_row(
     return c
 
 
-def _solve_once(
-    solver: pywraplp.Solver,
-    objective: pywraplp.Objective,
-    forced: int,
-    flows: int,
-    z: float,
-    start: float,
-    time_limit: float,
-) -> TreeBound:
-    from ortools.linear_solver import pywraplp
+@dataclass
+class _Lp:
+    """The built LP and what reading its answer needs."""
 
-    solver.SetTimeLimit(max(1, int((time_limit - (time.perf_counter() - start)) * 1000)))
-    status = solver.Solve()
-    seconds = time.perf_counter() - start
-    size = f"{solver.NumVariables():,} variables, {solver.NumConstraints():,} rows"
-    if status == pywraplp.Solver.INFEASIBLE:
-        return TreeBound(flows + 1, f"fat-tree moves bound: infeasible at {z:g} ({size})", True)
-    if status != pywraplp.Solver.OPTIMAL:
-        return TreeBound(None, f"fat-tree moves bound: LP not solved ({size}, {seconds:.1f} s)")
-    bound = forced + math.ceil(objective.Value() - 1e-6)
-    return TreeBound(bound, f"fat-tree moves bound: {bound} ({size}, {seconds:.1f} s)", True)
+    solver: pywraplp.Solver
+    objective: pywraplp.Objective
+    forced: int
+    flows: int
+    z: float
+    start: float
+    time_limit: float
+
+    def solve(self) -> TreeBound:
+        """Solve within what is left of the time; its bound (rounded up), exact when solved."""
+        from ortools.linear_solver import pywraplp
+
+        solver = self.solver
+        left = self.time_limit - (time.perf_counter() - self.start)
+        solver.SetTimeLimit(max(1, int(left * 1000)))
+        status = solver.Solve()
+        seconds = time.perf_counter() - self.start
+        size = f"{solver.NumVariables():,} variables, {solver.NumConstraints():,} rows"
+        if status == pywraplp.Solver.INFEASIBLE:
+            note = f"fat-tree moves bound: infeasible at {self.z:g} ({size})"
+            return TreeBound(self.flows + 1, note, True)
+        if status != pywraplp.Solver.OPTIMAL:
+            return TreeBound(None, f"fat-tree moves bound: LP not solved ({size}, {seconds:.1f} s)")
+        bound = self.forced + math.ceil(self.objective.Value() - 1e-6)
+        return TreeBound(bound, f"fat-tree moves bound: {bound} ({size}, {seconds:.1f} s)", True)
 
 
 def _generate(
-    solver: pywraplp.Solver,
-    objective: pywraplp.Objective,
-    uses: dict[int, list[pywraplp.Variable]],
-    cap: IntArray,
-    shape: FatTreeShape,
-    forced: int,
-    flows: int,
-    z: float,
-    start: float,
-    time_limit: float,
+    lp: _Lp, uses: dict[int, list[pywraplp.Variable]], cap: IntArray, shape: FatTreeShape
 ) -> TreeBound:
     """The LP with its agg-core rows generated: solved first with none, then again with the
     rows of every agg whose links the answer overfills (all of that agg's core links, both
@@ -221,13 +222,13 @@ def _generate(
     note = "fat-tree moves bound: no round solved"
     added: set[int] = set()
     for round_ in range(1, GENERATE_ROUNDS + 1):
-        if time.perf_counter() - start >= time_limit:
+        if time.perf_counter() - lp.start >= lp.time_limit:
             break
-        got, said, _ = _solve_once(solver, objective, forced, flows, z, start, time_limit)
+        got, said, _ = lp.solve()
         if got is None:
             break
         bound = got if bound is None else max(bound, got)
-        if got > flows:  # infeasible already without some rows
+        if got > lp.flows:  # infeasible already without some rows
             return TreeBound(got, said, True)
         load: dict[int, float] = {}
         for r, crossing in uses.items():
@@ -244,7 +245,7 @@ def _generate(
         for r in _siblings(shape, load):
             if r not in added and r in uses:
                 added.add(r)
-                _link_row(solver, float(cap[r]), uses[r])
+                _link_row(lp.solver, float(cap[r]), uses[r])
     return TreeBound(bound, note)
 
 
