@@ -4,9 +4,9 @@ Why: a repair (:mod:`solver.repair`) places the flows that fit nowhere one after
 each by its cheapest chain of moves (:mod:`solver.chains`). The first chain may take the room
 the next flow's cheap chain needed, and that flow then pays for a long one. On a 2-tier fabric
 whose leaf lost a spine it is the rule, not the exception: the flows displaced *into* that leaf
-all end their chains on its few free downlinks (4,096 GPUs, a light uplink lost: the repair
-moved 14 flows in all where the cheapest chains of the three displaced flows, priced alone,
-sum to 12 and do not collide).
+all end their chains on its few free downlinks (4,096 GPUs, a light uplink lost: the repair,
+pricing eight two-resource candidates per flow, moved 14 flows in all where the cheapest
+chains of the three displaced flows, priced alone, sum to 12 and do not collide).
 
 **Options.** From one state (every flow that fits directly already placed) each stuck flow's
 ways of being placed by chains are priced alone (:func:`solver.chains.chain_options`: one per
