@@ -439,7 +439,7 @@ def place_by_chain(state: State, i: int, moved: BoolArray) -> bool:
         full = rows[k][blocked[k]].tolist()
         floors = [_floor(state, r) for r in full]
         if sum(floors) >= cost:
-            continue  # the two chains cost at least one each: no cheaper than ``best``
+            continue  # its chains cost at least their floors: no cheaper than ``best``
         option = _price_candidate(state, i, k, full, cost, floors)
         if option is not None and option[0] < cost:
             cost, best = option

@@ -208,11 +208,11 @@ def _place(state: Counts, f: int, deadline: float, two: bool = False) -> int | N
         if key not in seen:
             seen.add(key)
             starts.append((key, [(f, k)]))
-    saved = state.option.copy()
+    saved = state.option.copy() if two else None  # a copy per flow: only when it is used
     found = _relieve(state, starts, {f}, DEPTH + 1, deadline)
     if found is None:
         return None
-    if two and found[1] > 1:
+    if saved is not None and found[1] > 1:
         return _place_on_two(state, f, (count, hi, lo), seen, saved, found[1], deadline)
     return found[1]
 
