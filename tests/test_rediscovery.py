@@ -10,6 +10,7 @@ links, and logs target transitions and link events.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -220,3 +221,27 @@ def test_a_recabling_reaches_the_decision_log_of_a_running_service(tmp_path: Pat
             assert "2 link(s) gone" in reason
         finally:
             service.stop()
+
+
+def test_a_recabling_before_the_lldp_stream_syncs_is_reread() -> None:
+    """The wiring is read before the LLDP ON_CHANGE stream is subscribed; a port recabled in
+    between shows only in that stream's initial state. A target slow to answer that
+    subscription (held here until after the recabling) must still have the change re-read,
+    not left to the periodic refresh (an hour away here)."""
+    declared = small_fabric("leaf-spine")
+    uplinks = [
+        link for link in declared.links if link.a.startswith("leaf-00") and "spine" in link.b
+    ][:2]
+    gate = threading.Event()
+    with serve_gnmi(declared, lldp_gate=gate) as (emu, servers):
+        fleet = Fleet(servers.targets_file(timeouts=FAST), declared=declared, refresh_s=3600)
+        with fleet:
+            assert fleet.wait_streaming(30), fleet.status()  # status streams synced
+            _recable(emu, [(uplinks[0].a, uplinks[0].b), (uplinks[1].a, uplinks[1].b)])
+            gate.set()  # now the LLDP streams send their initial state, with the new cabling
+            deadline = time.monotonic() + 30
+            change = wiring_change(declared, fleet.snapshot().fabric)
+            while time.monotonic() < deadline and set(change.removed) != {u.id for u in uplinks}:
+                time.sleep(0.1)
+                change = wiring_change(declared, fleet.snapshot().fabric)
+            assert set(change.removed) == {u.id for u in uplinks}

@@ -20,6 +20,7 @@ context manager) stops every server and the pool.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import zlib
 from collections.abc import Iterable, Iterator
@@ -43,6 +44,9 @@ from southbound.targets import (
     TlsConfig,
     TlsMode,
 )
+
+GATE_WAIT_S = 30.0
+"""Longest an LLDP subscription waits for its gate (a test that never opens it fails)."""
 
 COUNTER_LEAVES = (
     "in-octets",
@@ -120,12 +124,16 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
         credentials: tuple[str, str] | None = None,
         as_numbers: bool = False,
         lldp_stream: bool = True,
+        lldp_gate: threading.Event | None = None,
     ) -> None:
         self.emu = emu
         self.switch = switch
         self.credentials = credentials
         self.as_numbers = as_numbers
         self.lldp_stream = lldp_stream
+        self.lldp_gate = lldp_gate
+        """Set: an LLDP ON_CHANGE subscription waits for it before reading its initial state
+        (a slow target: what changes meanwhile shows only in that state)."""
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -341,6 +349,11 @@ class EmulatedTarget(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
         self._check_encoding(context, request.encoding)
         subs = self._subs(request, context)
         mode = gnmi_pb2.SubscriptionList.Mode.Name(request.mode)
+        if self.lldp_gate is not None and any(s.kind == "lldp" for s in subs):
+            deadline = time.monotonic() + GATE_WAIT_S
+            while not self.lldp_gate.wait(0.05) and context.is_active():
+                if time.monotonic() > deadline:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "the LLDP gate was never opened")
         # The version is read before the state it stands for: a change in between is seen.
         version = self.emu.version(self.switch)
         tree = self._tree("interfaces", "qos")
@@ -415,8 +428,10 @@ class GnmiFabric:
         switches: Iterable[str] | None = None,
         numbers_from: Iterable[str] = (),
         lldp_stream: bool = True,
+        lldp_gate: threading.Event | None = None,
     ) -> None:
         self.emu = emu
+        self.lldp_gate = lldp_gate  # see EmulatedTarget.lldp_gate
         self.pki = pki
         self.mutual_tls = mutual_tls
         self.credentials = credentials
@@ -454,6 +469,7 @@ class GnmiFabric:
             credentials=self.credentials,
             as_numbers=switch in self.numbers_from,
             lldp_stream=self.lldp_stream,
+            lldp_gate=self.lldp_gate,
         )
         gnmi_pb2_grpc.add_gNMIServicer_to_server(target, server)
         address = f"127.0.0.1:{port}"
