@@ -39,9 +39,11 @@ fabric an option full at both leaf links is often relieved by one direct move at
 every one-link chain is a long detour.
 
 **Measured** (3-tier 4,096 GPUs, shuffled ring, light uplink down): the first order places the
-three displaced flows moving 12 others (15 in all, as the generic repair) in 20-60 ms where the
-generic search took 0.1-0.17 s; the second run with two-link options moves 13 (the minimum is
-12) for about 0.15 s more. Over eight light-uplink cases (2,048 and 4,096 GPUs, four seeds) it
+three displaced flows moving 12 others (15 in all, as the generic repair) in about 0.09 s; the
+second run with two-link options moves 13 (the minimum is 12) for 0.13-0.2 s more: 2,470 chain
+steps in all (:meth:`solver.treecounts.Counts.escapes`). Before those steps were read off the
+layers as bits, the same repair took 0.44-0.57 s and, cut by :data:`REPAIR_SECONDS`, ended at
+15 moves in some runs. Over eight light-uplink cases (2,048 and 4,096 GPUs, four seeds) it
 moved fewer in four (10 to 9, 13 to 10, 15 to 13, 12 to 10) and never more. The lost-core,
 drained-core and light-uplink rows at 16,384 GPUs find no one-resource chain (a pod's agg
 short of core links needs flows to leave it at both leaf ends) and fall to the degraded
@@ -96,7 +98,7 @@ orders 12-14 moves besides the crossed, the first 12), and 20 ms of them tripled
 repair time."""
 
 REPAIR_SECONDS = 0.3
-"""Most a re-plan gives these chains. Where they work they take 5-60 ms (3-tier 4,096 GPUs);
+"""Most a re-plan gives these chains. Where they work they take 5-300 ms (3-tier 4,096 GPUs);
 where they cannot place a flow they stop at :data:`NODES` in tens of ms; a tighter cap only
 made a loaded machine's re-plan fall to the slower degraded colouring (0.1 s: a 4,096-GPU
 light-uplink re-plan at load 3.5 took 0.59 s instead of ~0.2 s)."""
@@ -107,6 +109,12 @@ both leaf links, which a tight fabric needs to move a flow off a pod's short agg
 best-first order by price plus resources left over found the 4,096-GPU light uplink's 12 moves
 (3 fewer) but in 2 s, and plain breadth-first ran out of nodes; so one, with the degraded
 colouring behind it for what that cannot place."""
+
+
+Moved = tuple[tuple[int, ...], tuple[int, ...], int]
+"""The links a chain's flows leave and take, and how many of its moves those cover: carried
+from a chain to the chains that extend it, so pricing one finds the links of its last move
+only."""
 
 
 @dataclass(frozen=True)
@@ -134,18 +142,23 @@ def _relieve(
     or as many as a start has): the first of them is relieved by moving one of its flows to an
     option full on at most one other resource, which joins the rest. Breadth-first by price
     (0-1: moves of flows that have moved already are free, returns earn one back)."""
-    queue: deque[tuple[tuple[int, ...], Chain, int]] = deque((p, c, 0) for p, c in starts)
+    queue: deque[tuple[tuple[int, ...], Chain, int, Moved]] = deque(
+        (p, c, 0, ((), (), 0)) for p, c in starts
+    )
     done: set[tuple[int, ...]] = set()
     while queue:
-        pending, chain, price = queue.popleft()
+        pending, chain, price, (gone, taken, known) = queue.popleft()
         if len(chain) > DEPTH:
             continue
-        state.shift(chain, 1)
+        for f, k in chain[known:]:  # links of the moves the parent did not price
+            gone, taken = gone + state.held(f), taken + state.taken(f, k)
+        state.apply(gone, taken, 1)
         try:
             pending = tuple(r for r in pending if state.load[r] > state.room[r])
             if not pending:
-                state.shift(chain, -1)
-                made, chain = chain, []
+                state.apply(gone, taken, -1)
+                gone = taken = ()  # off the loads already: made below, not shifted back
+                made = chain
                 state.make(made)
                 return made, price
             if pending in done:
@@ -155,6 +168,7 @@ def _relieve(
                 return None
             res, rest = pending[0], pending[1:]
             busy = frozen | {f for f, _ in chain}
+            parent: Moved = (gone, taken, len(chain))
             for g in sorted(state.on(res)):
                 if g in busy:
                     continue
@@ -162,32 +176,23 @@ def _relieve(
                 step = state.price(g, -2)  # any other option
                 if price + step >= budget:
                     continue  # any move of it costs one, which the budget does not allow
-                count, hi, lo = state.blocked(g)
-                fits = np.flatnonzero(count <= max(1, PENDING - len(rest)))
-                if not fits.size:
-                    continue
-                costs = np.where(fits == back, -1, step)
-                # Options of a flow leaving the same resources over are one step: its cheapest
-                # (a return first); every core of one agg, when that leaf link is full, ...
-                hi, lo = hi[fits], lo[fits]
-                by = np.lexsort((costs, lo, hi))
-                keep = np.ones(by.size, dtype=bool)
-                keep[1:] = (hi[by][1:] != hi[by][:-1]) | (lo[by][1:] != lo[by][:-1])
-                for i in by[keep].tolist():
-                    cost = int(costs[i])
+                # Options of a flow leaving the same link over are one step (Counts.escapes):
+                # its cheapest (a return first); every core of one agg, when that leaf link
+                # is full, ...
+                for k, new in state.escapes(g):
+                    cost = -1 if k == back else step
                     if price + max(cost, 0) >= budget:
                         continue
-                    new = {int(hi[i]), int(lo[i])} - {-1}
-                    nxt = tuple(sorted(set(rest) | new))
+                    nxt = tuple(sorted(set(rest) | set(new)))
                     if nxt in done:
                         continue
-                    item = (nxt, [*chain, (g, int(fits[i]))], price + cost)
+                    item = (nxt, [*chain, (g, k)], price + cost, parent)
                     if cost <= 0:
                         queue.appendleft(item)
                     else:
                         queue.append(item)
         finally:
-            state.shift(chain, -1)
+            state.apply(gone, taken, -1)
     return None
 
 

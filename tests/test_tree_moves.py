@@ -22,6 +22,7 @@ from planning_cases import assert_valid, make_flows, ports, switch_links
 from solver.fattree import analyse
 from solver.flows import Flow
 from solver.planner import plan
+from solver.treecounts import Counts
 from solver.treemoves import repair_tree
 from topology.generators import FatTreeParams, fat_tree
 from topology.model import Fabric, LinkStatus
@@ -296,3 +297,49 @@ def test_options_full_on_two_links_let_a_light_uplink_repair_move_fewer(
             assert found is not None, note
             bound += found
     assert 0 < bound <= len(both.moved)
+
+
+def _escapes_by_blocked(state: Counts, f: int) -> list[tuple[int, tuple[int, ...]]]:
+    """What one chain step may do with flow ``f``, from :meth:`Counts.blocked` (every option's
+    links over, one array per option) grouped by the links left over: the definition that
+    :meth:`Counts.escapes` computes layer by layer."""
+    count, hi, lo = state.blocked(f)
+    back = int(state.prior[f])
+    groups: dict[tuple[int, int], int] = {}
+    for k in np.flatnonzero(count <= 1).tolist():
+        key = (int(hi[k]), int(lo[k]))
+        if key not in groups or k == back:
+            groups[key] = k
+    return [(k, tuple(sorted({h, low} - {-1}))) for (h, low), k in sorted(groups.items())]
+
+
+@pytest.mark.parametrize("cores", [8, 20])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1))
+def test_a_chain_step_read_off_the_layers_equals_the_grouped_per_option_counts(
+    cores: int, seed: int
+) -> None:
+    """Counts.escapes (the step of every re-plan chain: the options of a flow leaving at most one
+    link over, one per link so left, a return preferred) equals the same step grouped from
+    every option's counts, on random loads near the target, with lost links, for flows within
+    and across pods, and for core groups of 2 and 5 cores (bits of one integer per agg, packed
+    a byte at a time)."""
+    rng = np.random.default_rng(seed)
+    fabric = fat_tree(
+        FatTreeParams(pods=3, leaves_per_pod=3, aggs_per_pod=4, cores=cores, hosts_per_leaf=3)
+    )
+    shape = analyse(fabric, ignore_status=True)
+    assert not isinstance(shape, str)
+    leaves = np.flatnonzero(shape.is_leaf)
+    n = 60
+    s, t = rng.choice(leaves, n), rng.choice(leaves, n)
+    t[s == t] = leaves[(np.searchsorted(leaves, s[s == t]) + 1) % leaves.size]
+    ok = rng.random(fabric.index.res_usable.size) > 0.05
+    g_count = shape.cores_per_group
+    width = np.where(shape.pod[s] != shape.pod[t], shape.aggs * g_count, shape.aggs)
+    option = (rng.random(n) * width).astype(np.int64)
+    option[rng.random(n) < 0.1] = -1  # some unplaced
+    state = Counts(shape, np.append(ok, False), (s, t), option, int(rng.integers(1, 4)))
+    state.prior = np.where(rng.random(n) < 0.5, (rng.random(n) * width).astype(np.int64), -1)
+    for f in range(n):
+        assert state.escapes(f) == _escapes_by_blocked(state, f), f
