@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from topology.errors import FabricFileError
-from topology.model import Fabric
+from topology.model import END_PATTERN, Fabric, end_problem
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -63,6 +63,10 @@ def problems_of(error: ValidationError) -> list[tuple[str, str]]:
             for item in msg.split(" problem(s): ", 1)[1].split("; "):
                 path, _, reason = item.partition(": ")
                 found.append((path, reason))
+            continue
+        ctx = err.get("ctx") or {}
+        if err["type"] == "string_pattern_mismatch" and ctx.get("pattern") == END_PATTERN:
+            found.append((loc, end_problem(str(err["input"]))))  # a link end: say what is wrong
             continue
         if "input" in err and err["type"] not in ("missing", "extra_forbidden"):
             shown = repr(err["input"])

@@ -42,9 +42,14 @@ INTERFACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
 
 _NAME_RE = re.compile(NAME_PATTERN)
 _INTERFACE_RE = re.compile(INTERFACE_PATTERN)
-_END_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*:[A-Za-z0-9][A-Za-z0-9._/-]*")
-"""A well-formed link end in one match (the common case); anything else gets the checks that
-say what is wrong."""
+
+END_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*:[A-Za-z0-9][A-Za-z0-9._/-]*$"
+"""A link end, ``"<device>:<interface>"``: a name, then an interface name.
+
+Checked as a pattern, by pydantic's own (compiled) validator: a Python validator per end cost
+0.25 s of a 16,384-GPU fabric's 0.75 s validation (98,304 ends). What is wrong with an end
+that fails it is said by :func:`end_problem`, which the error reports use
+(:func:`topology.formats.problems_of`)."""
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
 
@@ -188,22 +193,10 @@ class Host(Frozen):
 class Link(Frozen):
     """A cable between two ports, ``a`` and ``b``, each written ``"<device>:<interface>"``."""
 
-    a: str
-    b: str
+    a: Annotated[str, Field(pattern=END_PATTERN)]
+    b: Annotated[str, Field(pattern=END_PATTERN)]
     speed_gbps: float = Field(gt=0)
     status: LinkStatus = LinkStatus.UP
-
-    @field_validator("a", "b")
-    @classmethod
-    def _end_syntax(cls, value: str) -> str:
-        if _END_RE.fullmatch(value):
-            return value
-        device, sep, interface = value.partition(":")
-        if not sep or not _NAME_RE.match(device) or not interface:
-            raise ValueError(f"{value!r} is not '<device>:<interface>'")
-        if not _INTERFACE_RE.match(interface):
-            raise ValueError(f"{value!r}: interface {interface!r} has characters not allowed")
-        return value
 
     @property
     def ends(self) -> tuple[str, str]:
@@ -217,6 +210,14 @@ class Link(Frozen):
     def id(self) -> str:
         """A stable name for the link: its two ends, ``a`` first, as written in the file."""
         return f"{self.a}--{self.b}"
+
+
+def end_problem(value: str) -> str:
+    """What is wrong with a link end that does not match :data:`END_PATTERN`."""
+    device, sep, interface = value.partition(":")
+    if not sep or not _NAME_RE.fullmatch(device) or not interface:
+        return f"{value!r} is not '<device>:<interface>'"
+    return f"{value!r}: interface {interface!r} has characters not allowed"
 
 
 def split_end(end: str) -> tuple[str, str]:
