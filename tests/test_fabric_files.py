@@ -105,6 +105,16 @@ def test_good_file_loads(tmp_path: Path) -> None:
         (lambda d: d["links"][0].update(status="flapping"), "links[0].status", "'up'"),
         (lambda d: d["links"][0].update(a="h0"), "links[0].a", "'<device>:<interface>'"),
         (
+            lambda d: d["links"][1].update(b="leaf0:Ethernet1 2"),
+            "links[1].b",
+            "interface 'Ethernet1 2' has characters not allowed",
+        ),
+        (
+            lambda d: d["links"][1].update(b="leaf0:Ethernet1\n"),
+            "links[1].b",
+            "has characters not allowed",
+        ),
+        (
             lambda d: d["links"].append(
                 {"a": "leaf0:Ethernet9", "b": "spine0:Ethernet9", "speed_gbps": 1}
             ),
