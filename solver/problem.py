@@ -236,7 +236,9 @@ class Problem:
         util = load[inner] * self.scale[inner]
         peak = float(util.max(initial=0.0))
         at_max = int(np.count_nonzero(util >= peak * (1 - TOLERANCE))) if peak > 0 else 0
-        return Objective(peak, at_max, float(np.dot(util, util)), moved)
+        # Not np.dot: that is BLAS, whose threads then spun on the second core after every call
+        # (a 3-tier 4,096-GPU re-plan: 0.23 s CPU for 0.12 s wall; now equal, and faster).
+        return Objective(peak, at_max, float(np.square(util).sum()), moved)
 
     def path_loads(self, paths: Sequence[Sequence[int]]) -> FloatArray:
         """Load per resource (plus the pad) of whole paths (NIC links included), one per flow."""
