@@ -84,6 +84,22 @@ LLDP_REM = {
     "cap_enabled": "1.0.8802.1.1.2.1.4.1.1.12",
 }
 LLDP_REM_MAN_ADDR_IF_SUBTYPE = "1.0.8802.1.1.2.1.4.2.1.3"
+LLDP_REM_REQUIRED = ("chassis_subtype", "chassis", "port_subtype", "port_id")
+"""The columns every lldpRemEntry has (the chassis and port IDs are mandatory TLVs)."""
+LLDP_REM_NAMES = {
+    "chassis": "lldpRemChassisId",
+    "chassis_subtype": "lldpRemChassisIdSubtype",
+    "port_subtype": "lldpRemPortIdSubtype",
+    "port_id": "lldpRemPortId",
+    "sys_name": "lldpRemSysName",
+}
+TORN_REREADS = 2
+"""How often one observation re-walks the LLDP remote table when a row came back torn.
+
+Columns are walked one after another (or concurrently), never in one snapshot: a neighbour
+learned, aged out or re-indexed between two walks leaves its row in some columns only (seen
+with lldpd: the port-id subtype walked before the neighbour arrived, its name after). A
+second walk almost always reads the row whole; a row still torn is reported, not guessed."""
 
 PORT_ID_SUBTYPES = {
     1: "INTERFACE_ALIAS",
@@ -372,6 +388,11 @@ class SnmpSession:
             **{f"c_{k}": v for k, v in COUNTER_COLUMNS.items()},
         }
         got = self._driver.run(self._walk_many(columns), self._deadline, self.name)
+        remote = {k: v for k, v in columns.items() if k.startswith("rem_") or k == "man_addr"}
+        for _ in range(TORN_REREADS):
+            if not _torn_rows(got):
+                break
+            got.update(self._driver.run(self._walk_many(remote), self._deadline, self.name))
         now = time.time()
         problems: list[Problem] = []
         names = {idx[0]: _text(v) for idx, v in got["if_name"].items() if len(idx) == 1}
@@ -448,8 +469,19 @@ class SnmpSession:
             if len(idx) == 9 and idx[3] == 1 and idx[4] == 4:
                 addresses[idx[:3]] = ipaddress.IPv4Address(bytes(idx[5:9]))
         out = []
+        torn = _torn_rows(got)
+        for idx, missing in sorted(torn.items()):
+            problems.append(
+                Problem(
+                    target=self.name,
+                    path=f"lldpRemTable.{'.'.join(map(str, idx))}",
+                    reason=f"row read incomplete {TORN_REREADS + 1} times (no "
+                    f"{', '.join(missing)}): it changed while read, or the agent serves "
+                    "it in part; left out",
+                )
+            )
         for idx, sys_name in sorted(got["rem_sys_name"].items()):
-            if len(idx) != 3:
+            if len(idx) != 3 or idx in torn:
                 continue
             where = f"lldpRemTable.{'.'.join(map(str, idx))}"
             port_num = idx[1]
@@ -462,10 +494,7 @@ class SnmpSession:
                     )
                 )
                 continue
-            port_id = got["rem_port_id"].get(idx)
-            if port_id is None:
-                problems.append(Problem(target=self.name, path=where, reason="no lldpRemPortId"))
-                continue
+            port_id = got["rem_port_id"][idx]  # present: torn rows are left out above
             caps = bytes(got["rem_cap_enabled"].get(idx, b""))
             kind = NeighborKind.UNKNOWN
             if caps:
@@ -475,12 +504,10 @@ class SnmpSession:
                     else NeighborKind.HOST
                 )
             desc = got["rem_port_desc"].get(idx)
-            chassis = got["rem_chassis"].get(idx)
-            subtype = PORT_ID_SUBTYPES.get(int(got["rem_port_subtype"].get(idx, 0)), "")
-            chassis_kind = int(got["rem_chassis_subtype"].get(idx, 0))
-            chassis_text = ""
-            if chassis is not None:
-                chassis_text = _mac(chassis) if chassis_kind == CHASSIS_MAC else _text(chassis)
+            chassis = got["rem_chassis"][idx]
+            subtype = PORT_ID_SUBTYPES.get(int(got["rem_port_subtype"][idx]), "")
+            chassis_kind = int(got["rem_chassis_subtype"][idx])
+            chassis_text = _mac(chassis) if chassis_kind == CHASSIS_MAC else _text(chassis)
             out.append(
                 LldpNeighbor(
                     local_interface=local[port_num],
@@ -532,3 +559,17 @@ class SnmpSession:
         while not self._cancelled.wait(interval):
             for update in self.poll():
                 on_update(update)
+
+
+def _torn_rows(got: dict[str, Rows]) -> dict[tuple[int, ...], tuple[str, ...]]:
+    """lldpRemTable rows that some columns have and a required one lacks, with the names
+    of the missing columns. A row only in ``lldpRemSysName`` counts too: that is the
+    column the neighbours are listed from."""
+    keys = ("sys_name", *LLDP_REM_REQUIRED)
+    rows = {idx for k in keys for idx in got[f"rem_{k}"] if len(idx) == 3}
+    out: dict[tuple[int, ...], tuple[str, ...]] = {}
+    for idx in rows:
+        missing = tuple(LLDP_REM_NAMES[k] for k in LLDP_REM_REQUIRED if idx not in got[f"rem_{k}"])
+        if missing:
+            out[idx] = missing
+    return out

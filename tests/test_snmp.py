@@ -86,6 +86,40 @@ def test_lldp_ports_are_mapped_through_lldp_loc_port_id(
     assert all(c.in_octets is not None and c.in_octets > 2**32 for c in obs.counters.values())
 
 
+class _TornAgent(SnmpAgent):
+    """Serves one LLDP remote row without its port-id subtype, as a walk sees a row that
+    arrived between the walks of two columns."""
+
+    def write(self) -> None:
+        super().write()
+        path = self.data_dir / "leaf-su00-r0.snmprec"
+        lines = path.read_text().splitlines(keepends=True)
+        torn = [x for x in lines if x.startswith("1.0.8802.1.1.2.1.4.1.1.6.0.1001.1|")]
+        assert len(torn) == 1
+        path.write_text("".join(x for x in lines if x not in torn))
+
+
+def test_a_torn_lldp_row_is_named_and_left_out(tmp_path: Path) -> None:
+    fabric = small_fabric("rail-optimized")
+    emu = FabricEmulator(fabric)
+    with _TornAgent(emu, tmp_path, switches=("leaf-su00-r0",)) as agent:
+        config = agent.targets_file(timeouts=FAST).by_name()["leaf-su00-r0"]
+        driver = SnmpDriver()
+        try:
+            session = driver.session(config)
+            session.open()
+            obs = session.observe()
+        finally:
+            driver.close()
+    whole = {n.local_interface for n in emu.neighbors("leaf-su00-r0")}
+    assert "Ethernet1" in whole
+    assert {n.local_interface for n in obs.neighbors} == whole - {"Ethernet1"}
+    [problem] = obs.problems
+    assert problem.path == "lldpRemTable.0.1001.1"
+    assert "no lldpRemPortIdSubtype" in problem.reason
+    assert all(n.port_id_type == "INTERFACE_NAME" for n in obs.neighbors)
+
+
 def test_unknown_community_and_wrong_key(rail: tuple[Fabric, FabricEmulator, SnmpAgent]) -> None:
     _, _, agent = rail
     fast = FAST.model_copy(update={"rpc_s": 0.5})
