@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planning_cases import SMALL_TWO_TIER, flow_sets, switch_links
 
+from solver import greedy
 from solver.greedy import _rounds, place_greedy
 from solver.problem import build_problem
 from topology.generators import (
@@ -49,7 +51,12 @@ def test_rounds_choose_as_one_flow_at_a_time(data: st.DataObject) -> None:
     start = np.random.default_rng(seed).integers(0, 3, problem.pad + 1).astype(np.float64)
     start[problem.pad] = 0.0
     by_rounds, one_by_one = start.copy(), start.copy()
-    chosen = place_greedy(problem, cross, by_rounds)
+    # The rounds' candidates are gathered a block of rounds at a time: also in blocks of a
+    # single round and of a few flows, not only all at once as these small cases would be.
+    cells = data.draw(st.sampled_from([greedy.GATHER_CELLS, 1, 40]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(greedy, "GATHER_CELLS", cells)
+        chosen = place_greedy(problem, cross, by_rounds)
     reference = place_greedy(replace(problem, two_tier=False), cross, one_by_one)
     assert np.array_equal(chosen, reference)
     assert np.array_equal(by_rounds, one_by_one)
