@@ -94,12 +94,16 @@ LLDP_REM_NAMES = {
     "sys_name": "lldpRemSysName",
 }
 TORN_REREADS = 2
-"""How often one observation re-walks the LLDP remote table when a row came back torn.
+"""How often one observation re-walks the LLDP remote table, or the interface columns, when a
+row came back torn.
 
 Columns are walked one after another (or concurrently), never in one snapshot: a neighbour
 learned, aged out or re-indexed between two walks leaves its row in some columns only (seen
-with lldpd: the port-id subtype walked before the neighbour arrived, its name after). A
-second walk almost always reads the row whole; a row still torn is reported, not guessed."""
+with lldpd: the port-id subtype walked before the neighbour arrived, its name after), and so
+does an interface created or removed between them. A second walk almost always reads the
+row whole; a row still torn is reported, not guessed. A poll does not re-walk: an interface
+without its ifOperStatus is left out of that poll, never reported as UNKNOWN (the fleet
+would take it for a link down, and re-plan)."""
 
 PORT_ID_SUBTYPES = {
     1: "INTERFACE_ALIAS",
@@ -264,7 +268,6 @@ class SnmpSession:
         self._transport: Any = None
         self._context: Any = None
         self._cancelled = threading.Event()
-        self._oper: dict[int, str] = {}
         self._times: dict[str, dict[tuple[int, ...], float]] = {}
 
     @property
@@ -389,18 +392,29 @@ class SnmpSession:
         }
         got = self._driver.run(self._walk_many(columns), self._deadline, self.name)
         remote = {k: v for k, v in columns.items() if k.startswith("rem_") or k == "man_addr"}
+        ports = {k: columns[k] for k in ("if_name", "oper", "speed", "if_phys", "if_alias")}
         for _ in range(TORN_REREADS):
-            if not _torn_rows(got):
+            lldp, unread = bool(_torn_rows(got)), bool(_unread_oper(got))
+            if not lldp and not unread:
                 break
-            got.update(self._driver.run(self._walk_many(remote), self._deadline, self.name))
+            again = (remote if lldp else {}) | (ports if unread else {})
+            got.update(self._driver.run(self._walk_many(again), self._deadline, self.name))
         now = time.time()
         problems: list[Problem] = []
         names = {idx[0]: _text(v) for idx, v in got["if_name"].items() if len(idx) == 1}
         interfaces = []
         owned = _addresses(got)
+        for if_index in _unread_oper(got):
+            problems.append(
+                Problem(
+                    target=self.name,
+                    path=f"ifOperStatus.{if_index}",
+                    reason=f"{names[if_index]} has an ifName but no ifOperStatus in "
+                    f"{TORN_REREADS + 1} reads (created while read?): taken as UNKNOWN",
+                )
+            )
         for if_index, name in sorted(names.items()):
             status = OPER_STATUS.get(int(got["oper"].get((if_index,), 4)), "UNKNOWN")
-            self._oper[if_index] = status
             mbps = got["speed"].get((if_index,))
             speed = int(mbps) / 1000 if mbps is not None and int(mbps) > 0 else None
             phys = got["if_phys"].get((if_index,))
@@ -538,7 +552,10 @@ class SnmpSession:
         names = {idx[0]: _text(v) for idx, v in got["if_name"].items() if len(idx) == 1}
         updates: list[WatchUpdate] = []
         for if_index, name in sorted(names.items()):
-            status = OPER_STATUS.get(int(got["oper"].get((if_index,), 4)), "UNKNOWN")
+            raw = got["oper"].get((if_index,))
+            if raw is None:  # read torn (the interface came or went between the walks): no
+                continue  # news of it, rather than an UNKNOWN the fleet would take for down
+            status = OPER_STATUS.get(int(raw), "UNKNOWN")
             updates.append(OperChange(target=self.name, interface=name, oper_status=status, at=now))
         for counter, oid in COUNTER_COLUMNS.items():
             times = self._times.get(oid, {})
@@ -573,3 +590,9 @@ def _torn_rows(got: dict[str, Rows]) -> dict[tuple[int, ...], tuple[str, ...]]:
         if missing:
             out[idx] = missing
     return out
+
+
+def _unread_oper(got: dict[str, Rows]) -> list[int]:
+    """ifIndex values that ``ifName`` lists and ``ifOperStatus`` does not (a torn read)."""
+    oper = got["oper"]
+    return sorted(i[0] for i in got["if_name"] if len(i) == 1 and i not in oper)

@@ -18,6 +18,7 @@ from c4p.testing.dataplane import FabricEmulator
 from c4p.testing.snmp_agent import SnmpAgent, snmprec
 from southbound.events import LinkEvent, TargetHealth
 from southbound.fleet import Fleet
+from southbound.observed import OperChange
 from southbound.snmp import SnmpDriver
 from southbound.targets import SnmpV2c, SnmpV3
 from topology.compare import compare_fabrics
@@ -87,19 +88,21 @@ def test_lldp_ports_are_mapped_through_lldp_loc_port_id(
 
 
 class _TornAgent(SnmpAgent):
-    """Serves one LLDP remote row without its port-id subtype, as a walk sees a row that
-    arrived between the walks of two columns."""
+    """Serves one LLDP remote row without its port-id subtype, and one interface without its
+    ifOperStatus: what a walk sees of a row that arrived between the walks of two columns."""
+
+    DROPPED = ("1.0.8802.1.1.2.1.4.1.1.6.0.1001.1|", "1.3.6.1.2.1.2.2.1.8.2|")
 
     def write(self) -> None:
         super().write()
         path = self.data_dir / "leaf-su00-r0.snmprec"
         lines = path.read_text().splitlines(keepends=True)
-        torn = [x for x in lines if x.startswith("1.0.8802.1.1.2.1.4.1.1.6.0.1001.1|")]
-        assert len(torn) == 1
+        torn = [x for x in lines if x.startswith(self.DROPPED)]
+        assert len(torn) == len(self.DROPPED)
         path.write_text("".join(x for x in lines if x not in torn))
 
 
-def test_a_torn_lldp_row_is_named_and_left_out(tmp_path: Path) -> None:
+def test_a_torn_lldp_row_or_interface_is_named_and_never_taken_for_news(tmp_path: Path) -> None:
     fabric = small_fabric("rail-optimized")
     emu = FabricEmulator(fabric)
     with _TornAgent(emu, tmp_path, switches=("leaf-su00-r0",)) as agent:
@@ -109,15 +112,24 @@ def test_a_torn_lldp_row_is_named_and_left_out(tmp_path: Path) -> None:
             session = driver.session(config)
             session.open()
             obs = session.observe()
+            polled = session.poll()
         finally:
             driver.close()
     whole = {n.local_interface for n in emu.neighbors("leaf-su00-r0")}
-    assert "Ethernet1" in whole
+    assert {"Ethernet1", "Ethernet2"} <= whole
     assert {n.local_interface for n in obs.neighbors} == whole - {"Ethernet1"}
-    [problem] = obs.problems
-    assert problem.path == "lldpRemTable.0.1001.1"
-    assert "no lldpRemPortIdSubtype" in problem.reason
     assert all(n.port_id_type == "INTERFACE_NAME" for n in obs.neighbors)
+    oper, lldp = obs.problems  # interfaces are read before neighbours
+    assert lldp.path == "lldpRemTable.0.1001.1"
+    assert "no lldpRemPortIdSubtype" in lldp.reason
+    assert oper.path == "ifOperStatus.2" and "Ethernet2" in oper.reason
+    states = {i.name: i.oper_status for i in obs.interfaces}
+    assert states["Ethernet2"] == "UNKNOWN"
+    assert {states[n] for n in whole - {"Ethernet2"}} == {"UP"}
+    # A poll says nothing of the interface it read torn, and the truth of the others.
+    changes = {u.interface: u.oper_status for u in polled if isinstance(u, OperChange)}
+    assert "Ethernet2" not in changes
+    assert {changes[n] for n in whole - {"Ethernet2"}} == {"UP"}
 
 
 def test_unknown_community_and_wrong_key(rail: tuple[Fabric, FabricEmulator, SnmpAgent]) -> None:
