@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from solver.problem import Problem
+from topology.arrays import distinct
 from topology.index import FloatArray, IntArray
 
 if TYPE_CHECKING:  # GLOP is loaded only when an LP bound is computed
@@ -104,7 +105,7 @@ def _distinct(fam: IntArray, res: IntArray, nfam: int, width: int) -> tuple[IntA
     is linear where ``np.unique`` sorts the whole table (the bulk of a 3-tier re-plan)."""
     codes = fam * width + res
     if nfam * width > _BITMAP_MAX:
-        used = np.unique(codes)
+        used = distinct(codes)
     else:
         seen = np.zeros(nfam * width, dtype=bool)
         seen[codes] = True
@@ -130,7 +131,7 @@ def combinatorial_bounds(problem: Problem) -> FloatArray:
     entry_pos: list[IntArray] = []  # and the (pair, position) each is of
     at = 0
     tree = problem.tree
-    for h in np.unique(hops).tolist():
+    for h in distinct(hops).tolist():
         sel = np.flatnonzero(hops == h)
         rows = _spans(problem.offset[sel], counts[sel]) if tree is None else sel
         for j in range(h):
@@ -157,7 +158,7 @@ def combinatorial_bounds(problem: Problem) -> FloatArray:
     res = np.concatenate(resources)
     nfam = len(fam_keys)
     # Weight of a family: each member pair once.
-    member = np.unique(pair_fam * problem.num_pairs + owner)
+    member = distinct(pair_fam * problem.num_pairs + owner)
     mfam, mpair = np.divmod(member, problem.num_pairs)
     weight = np.bincount(mfam, weights=total[mpair], minlength=nfam)
     flows_in = np.bincount(mfam, weights=count[mpair], minlength=nfam)
@@ -224,7 +225,7 @@ def integral_units(problem: Problem) -> FloatArray:
     np.maximum.at(shigh, problem.resource_label[used], problem.scale[used])
     unit = np.where(slow == shigh, wlow * slow, np.nan)
     for k in np.flatnonzero((slow == shigh) & (wlow != whigh)).tolist():
-        ints, common, exact = as_integers(np.unique(problem.weight[cross[flow_label == k]]))
+        ints, common, exact = as_integers(distinct(problem.weight[cross[flow_label == k]]))
         unit[k] = math.gcd(*ints.tolist()) / common * slow[k] if exact else np.nan
     return unit
 

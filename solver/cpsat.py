@@ -33,6 +33,7 @@ import numpy as np
 
 from solver.bounds import as_integers
 from solver.problem import Problem
+from topology.arrays import distinct
 from topology.index import IntArray
 
 if TYPE_CHECKING:  # OR-Tools' CP-SAT pulls in pandas (0.2 s): imported where a model is built
@@ -91,7 +92,7 @@ def solve_cpsat(
     local_pair = np.searchsorted(pairs, problem.pair[flows])
     counts = problem.num_candidates(pairs)
     rows_of_pair = [problem.candidates(int(p)) for p in pairs.tolist()]
-    used = np.unique(np.concatenate([r.ravel() for r in rows_of_pair]))
+    used = distinct(np.concatenate([r.ravel() for r in rows_of_pair]))
     used = used[used != problem.pad]
     wint, sint, unit, exact = integer_scales(problem, flows, used)
     k_of = np.zeros(problem.pad + 1, dtype=np.int64)

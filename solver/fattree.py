@@ -65,6 +65,7 @@ import numpy as np
 import numpy.typing as npt
 from ortools.graph.python import min_cost_flow
 
+from topology.arrays import distinct
 from topology.index import BoolArray, IntArray
 from topology.model import Fabric
 
@@ -163,7 +164,7 @@ def analyse(fabric: Fabric, *, ignore_status: bool = False) -> FatTreeShape | st
         if down[at]:
             return f"link {link.id} is {link.status.value}"
         return f"link {link.id} is parallel to another or skips a tier"
-    speeds = np.unique(index.res_capacity[2 * links]).tolist()
+    speeds = distinct(index.res_capacity[2 * links]).tolist()
     if len(speeds) > 1:
         return f"switch links have unequal speeds {speeds} Gb/s"
     above: dict[int, set[int]] = {int(v): set() for v in np.flatnonzero(tier < 3)}
@@ -291,7 +292,7 @@ def _halve(
         count = family.parent.size
         top_set = family.parent[member]
         bottom, top, nested = group * count + member, group * count + top_set, top_set >= 0
-        keys = np.unique(np.concatenate([bottom, top[nested]]))
+        keys = distinct(np.concatenate([bottom, top[nested]]))
         at_bottom, at_top = np.searchsorted(keys, bottom), np.searchsorted(keys, top[nested])
         degree = np.bincount(at_bottom, weights=weight, minlength=keys.size)
         d = (degree + np.bincount(at_top, weights=weight[nested], minlength=keys.size)).astype(

@@ -29,6 +29,7 @@ from solver.coloring import assign_spines, assign_spines_stable
 from solver.greedytree import LEVELS_FROM, place_by_levels
 from solver.problem import TOLERANCE, Problem
 from solver.treecandidates import TreeCandidates
+from topology.arrays import distinct
 from topology.index import FloatArray, IntArray
 
 __all__ = [
@@ -201,7 +202,7 @@ def _blocks(bounds: list[int], flows: int) -> list[list[int]]:
 def _grids(problem: Problem, tree: TreeCandidates, pairs: IntArray) -> dict[int, _Grid]:
     """The (agg, core) grid of every cross-pod pair among ``pairs``, one object per distinct
     (pod pair, agg order, usable cells): found in one pass over the pairs, not per flow."""
-    far = np.unique(pairs[tree.far[pairs]])
+    far = distinct(pairs[tree.far[pairs]])
     if not len(far):
         return {}
     # Each pair's key as bytes cut from one buffer: a dictionary of 15,000 short byte strings
@@ -295,7 +296,7 @@ def spine_rows(problem: Problem, pairs: IntArray) -> tuple[IntArray, IntArray]:
     first = np.cumsum(counts) - counts
     all_rows = np.arange(int(counts.sum())) + np.repeat(starts - first, counts)
     spine_of_row = index.res_dst[problem.table[all_rows, 0]]
-    spines = np.unique(spine_of_row)
+    spines = distinct(spine_of_row)
     local = np.searchsorted(spines, spine_of_row)
     within = all_rows - np.repeat(starts, counts)
     owner = np.repeat(np.arange(len(pairs)), counts)

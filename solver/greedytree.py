@@ -45,6 +45,7 @@ import numpy as np
 
 from solver.problem import TOLERANCE, Problem
 from solver.treecandidates import TreeCandidates
+from topology.arrays import distinct
 from topology.index import FloatArray, IntArray
 
 __all__ = ["LEVELS_FROM", "place_by_levels", "reason_not"]
@@ -116,7 +117,7 @@ class _Setup:
         n_aggs = shape.aggs
         self.reason: str | None = None
         pairs = problem.pair[order]
-        self.used = used = np.unique(pairs)
+        self.used = used = distinct(pairs)
         self.local = np.searchsorted(used, pairs)
         self.weights = problem.weight[order]
         if n_aggs > _MAX_BITS or shape.cores_per_group > _MAX_BITS:

@@ -27,6 +27,7 @@ import numpy as np
 from ortools.graph.python import min_cost_flow
 
 from solver.problem import Problem
+from topology.arrays import distinct
 from topology.index import FloatArray, IntArray
 
 __all__ = ["SpineGrid", "exchange"]
@@ -50,7 +51,7 @@ class SpineGrid:
         first = np.cumsum(counts) - counts
         all_rows = np.arange(int(counts.sum())) + np.repeat(starts - first, counts)
         spine_of_row = index.res_dst[problem.table[all_rows, 0]]
-        spines = np.unique(spine_of_row)
+        spines = distinct(spine_of_row)
         local = np.searchsorted(spines, spine_of_row)
         owner = np.repeat(np.arange(len(pairs)), counts)
         rows = np.full((len(pairs), len(spines)), -1, dtype=np.int64)

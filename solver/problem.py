@@ -35,6 +35,7 @@ from solver.errors import PlanError
 from solver.evaluate import reference_line_rate, switch_resources
 from solver.flows import Flow
 from solver.treecandidates import TreeCandidates, TreeLayout, lazy_candidates
+from topology.arrays import distinct
 from topology.index import BoolArray, FabricIndex, FloatArray, IntArray
 from topology.model import Fabric
 
@@ -277,7 +278,7 @@ class Problem:
         if cross.size:
             rows = self.row_paths(self.rows(cross, choice[cross]))
             hops = self.hops[self.pair[cross]]
-            for length in np.unique(hops).tolist():
+            for length in distinct(hops).tolist():
                 sel = hops == length
                 body = np.column_stack(
                     [

@@ -40,6 +40,7 @@ import numpy.typing as npt
 
 from solver import fattree
 from solver.candidates import pair_candidates, same_wiring
+from topology.arrays import distinct
 from topology.index import BoolArray, FabricIndex, IntArray
 from topology.model import Fabric
 
@@ -382,7 +383,7 @@ class TreeCandidates:
                 res.append(link)
             owner.append(group_owner[r])
         if triples:  # (pod pair, agg) nodes own a group of core links per side
-            used_t = np.unique(np.concatenate(triples))
+            used_t = distinct(np.concatenate(triples))
             q, jt = np.divmod(used_t, aggs)
             node_owner = owners + np.arange(len(used_t))
             owners += len(used_t)

@@ -43,6 +43,7 @@ import numpy as np
 
 from solver.fattree import FatTreeShape
 from solver.problem import TOLERANCE, Problem
+from topology.arrays import distinct
 from topology.index import BoolArray, IntArray
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ def tree_moves_bound(
     pairs, pair_of, n = np.unique(np.stack([s, t], axis=1), axis=0, return_inverse=True,
                                   return_counts=True)  # fmt: skip
     pair_of = pair_of.ravel()
-    pod_pairs = np.unique(pod[pairs[:, 0]] * shape.pods + pod[pairs[:, 1]]).size
+    pod_pairs = distinct(pod[pairs[:, 0]] * shape.pods + pod[pairs[:, 1]]).size
     variables = len(pairs) * a_count + pod_pairs * a_count * shape.cores_per_group
     if variables > MAX_GENERATED:
         return TreeBound(

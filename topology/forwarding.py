@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from topology.arrays import distinct
 from topology.errors import PathError, UnknownNameError, UnreachableError
 from topology.hashing import HashArray, ecmp_hash, ecmp_hash_many
 from topology.index import FabricIndex
@@ -185,8 +186,8 @@ def forward_many(
     # Switches share a few hash profiles (one per tier, typically): every flow is hashed once
     # per distinct profile, and a step reads each flow's hash under its switch's profile.
     profiles = _profiles(index)
-    distinct = list(dict.fromkeys(profiles))
-    profile_number = {p: i for i, p in enumerate(distinct)}
+    kinds = list(dict.fromkeys(profiles))
+    profile_number = {p: i for i, p in enumerate(kinds)}
     profile_of = np.fromiter(
         (profile_number[p] for p in profiles), dtype=np.int64, count=len(profiles)
     )
@@ -195,7 +196,7 @@ def forward_many(
     def hashes_for(number: int) -> HashArray:
         if number not in hashes:
             hashes[number] = ecmp_hash_many(
-                distinct[number], src_ips, dst_ips, protocol, sports, dst_udp_port
+                kinds[number], src_ips, dst_ips, protocol, sports, dst_udp_port
             )
         return hashes[number]
 
@@ -252,7 +253,7 @@ def forward_many(
                 continue
         pick = np.empty(flows.size, dtype=np.int64)
         profile = profile_of[at]
-        for p in np.unique(profile).tolist():
+        for p in distinct(profile).tolist():
             mine = profile == p
             pick[mine] = hashes_for(p)[flows[mine]] % size[mine].astype(np.uint32)
         chosen = members[starts[number] + pick]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from topology.arrays import distinct
 from topology.errors import PathError, UnknownNameError
 from topology.model import Fabric, Host, LinkStatus, Nic, NicPort, Switch
 
@@ -354,6 +355,6 @@ def _checked_nodes(
     if bool((a == b).any()):
         raise Unsound("a link loops")
     low, high = np.minimum(a, b), np.maximum(a, b)
-    if len(np.unique(low * len(node_of) + high)) != len(low):
+    if len(distinct(low * len(node_of) + high)) != len(low):
         raise Unsound("parallel links")
     return src
