@@ -318,7 +318,7 @@ def test_health_reflection_and_garbage(tmp_path: Path) -> None:
 
 def test_link_events_from_a_fabric_source_drive_the_plan_with_hysteresis(tmp_path: Path) -> None:
     queue = EventQueue()
-    flap = {"hold_up_s": 0.3, "half_life_s": 1.0}
+    flap = {"hold_up_s": 2.0, "half_life_s": 1.0}  # the hold is long enough to be seen
     with (
         serving(FABRIC, tmp_path, flap=flap) as service,
         clients(service.address) as (flow, admin),
