@@ -1,0 +1,76 @@
+"""A two-tier table's compressed pair-resource graph has the components of the full one.
+
+Why a test: the compressed graph (pairs joined through groups of equal up-link and down-link
+sets) is an equivalence argument; the reference here is label propagation over every (pair,
+resource) entry of the table, on fabrics with links down or drained and flows of any pairs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from planning_cases import SMALL_TWO_TIER, flow_sets, switch_links
+
+from solver import problem as problem_module
+from solver.problem import Problem, build_problem, propagate
+from topology.generators import (
+    DualPlaneParams,
+    LeafSpineParams,
+    RailOptimizedParams,
+    dual_plane,
+    leaf_spine,
+    rail_optimized,
+)
+from topology.model import LinkStatus
+
+FABRICS = {
+    "small": SMALL_TWO_TIER,
+    "leaf-spine": leaf_spine(LeafSpineParams(leaves=6, spines=4, hosts_per_leaf=3)),
+    "rail": rail_optimized(RailOptimizedParams(units=2, hosts_per_unit=4, rails=4, spines=3)),
+    "dual-plane": dual_plane(DualPlaneParams(units=2, hosts_per_unit=2, rails=2, spines=2)),
+}
+
+
+def _reference(problem: Problem) -> tuple[list[int], list[int]]:
+    """Component of each pair and of each resource, from the full graph."""
+    res, owner = problem._entries
+    label = propagate(res, owner, problem.num_pairs, problem.pad)
+    first, dense = np.unique(label, return_inverse=True)
+    of_res = np.full(problem.pad + 1, -1, dtype=np.int64)
+    renumber = np.full(problem.num_pairs, -1, dtype=np.int64)
+    renumber[first] = np.arange(len(first))
+    real = res < problem.pad
+    of_res[res[real]] = renumber[label[owner[real]]]
+    return dense.ravel().tolist(), of_res.tolist()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_compressed_components_equal_the_full_graphs(data: st.DataObject) -> None:
+    fabric = FABRICS[data.draw(st.sampled_from(sorted(FABRICS)))]
+    links = data.draw(st.lists(st.sampled_from(switch_links(fabric)), max_size=6, unique=True))
+    status = data.draw(st.sampled_from([LinkStatus.DOWN, LinkStatus.DRAINED]))
+    snapshot = fabric.with_link_status(dict.fromkeys(links, status))
+    flows = data.draw(flow_sets(snapshot, max_flows=60))
+    problem = build_problem(snapshot, flows, np.ones(len(flows)))
+    if not problem.num_pairs:
+        return
+    assert problem._two_hop_graph() is not None  # the compressed graph is what is tested
+    pairs, resources = _reference(problem)
+    assert problem.label.tolist() == pairs
+    assert problem.resource_label.tolist() == resources
+
+
+def test_rows_that_collide_in_their_hash_are_still_grouped_exactly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rows = np.array([[1, 2], [3, 4], [1, 2], [2, 1], [3, 4], [1, -1]])
+    first, group = problem_module._same_rows(rows)
+    assert np.array_equal(rows[first[group]], rows)
+    assert len(first) == 4
+    monkeypatch.setattr(problem_module, "_row_keys", lambda r: np.zeros(len(r), np.uint64))
+    first, group = problem_module._same_rows(rows)  # every hash equal: rows compared whole
+    assert np.array_equal(rows[first[group]], rows)
+    assert len(first) == 4
