@@ -552,8 +552,10 @@ Endpoints = tuple[tuple[str, ...], bool, IntArray, IntArray]
 
 _ENDPOINTS: list[tuple[Sequence[Flow], Mapping[str, int], Endpoints]] = []
 
-ENDPOINTS_KEPT = 4
-"""Flow sets whose :func:`_endpoints` are remembered (the latest first)."""
+ENDPOINTS_KEPT = 2
+"""Flow sets whose :func:`_endpoints` are remembered (the latest first): the flows planned
+now and the ones before. Each holds its flows alive and adds its own (32,768 flows: 3 MB of
+ids and arrays beside about 8 MB of flows), so few."""
 
 
 def _endpoints(flows: Sequence[Flow], node_of: Mapping[str, int]) -> Endpoints:
