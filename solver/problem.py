@@ -341,27 +341,43 @@ class Problem:
         instead of two per candidate. Why: the full graph of a 16,384-GPU rail-optimized
         fabric is a million entries, and propagating labels over it was 65-70 ms of every
         re-plan."""
+        groups = self.two_hop_groups
+        if groups is None:
+            return None
         n = self.num_pairs
-        if n == 0 or self.table.shape[1] != 2 or np.any(self.hops != 2):
+        pair_node = self.pad + 1 + np.arange(n)
+        res: list[IntArray] = [pair_node]
+        owner: list[IntArray] = [np.arange(n)]
+        owners = n
+        for reps, group, rep_links, rep_of_link in groups:
+            res += [pair_node, rep_links]
+            owner += [owners + group, owners + rep_of_link]
+            owners += len(reps)
+        return np.concatenate(res), np.concatenate(owner), owners, self.pad + 1 + n
+
+    @cached_property
+    def two_hop_groups(self) -> tuple[TwoHopGroups, TwoHopGroups] | None:
+        """For a table whose candidates are all two hops (up a source-leaf link, down into
+        the destination leaf), per hop: the groups of pairs with the same links at that hop
+        (in candidate order), as the first pair of each group, each pair's group, and the
+        groups' links with the group of each (for the first pairs only: a group's pairs all
+        have them). ``None`` for any other table. Pairs of a group share their leaf at that
+        hop and their component, which is what the components and the combinatorial bound
+        read (:mod:`solver.bounds`)."""
+        n = self.num_pairs
+        if n == 0 or self.tree is not None or self.table.shape[1] != 2 or np.any(self.hops != 2):
             return None
         counts = self.num_candidates()
         cols = np.arange(int(counts.max()))
         valid = cols[None, :] < counts[:, None]
         at = np.where(valid, self.offset[:-1, None] + cols, 0)
-        pair_node = self.pad + 1 + np.arange(n)
-        res: list[IntArray] = [pair_node]
-        owner: list[IntArray] = [np.arange(n)]
-        owners = n
+        out = []
         for hop in (0, 1):
             side = np.where(valid, self.table[at, hop], -1)
             reps, group = _same_rows(side)
-            res.append(pair_node)
-            owner.append(owners + group)
             r, c = np.nonzero(valid[reps])
-            res.append(side[reps[r], c])
-            owner.append(owners + r)
-            owners += len(reps)
-        return np.concatenate(res), np.concatenate(owner), owners, self.pad + 1 + n
+            out.append((reps, group, side[reps[r], c], r))
+        return out[0], out[1]
 
     @cached_property
     def _entries(self) -> tuple[IntArray, IntArray]:
@@ -509,6 +525,11 @@ def build_problem(
         inner=switch_resources(fabric),
         two_tier=two_tier,
     )
+
+
+TwoHopGroups = tuple[IntArray, IntArray, IntArray, IntArray]
+"""One hop's groups (:attr:`Problem.two_hop_groups`): first pair of each group, each pair's
+group, the groups' links and the group of each link."""
 
 
 def propagate(res: IntArray, owner: IntArray, owners: int, nodes: int) -> IntArray:

@@ -1,8 +1,10 @@
-"""A two-tier table's compressed pair-resource graph has the components of the full one.
+"""A two-tier table's groups of pairs give the components and the bound of the full table.
 
 Why a test: the compressed graph (pairs joined through groups of equal up-link and down-link
-sets) is an equivalence argument; the reference here is label propagation over every (pair,
-resource) entry of the table, on fabrics with links down or drained and flows of any pairs.
+sets) and the combinatorial bound read off the groups' first pairs are equivalence arguments;
+the references here are label propagation over every (pair, resource) entry of the table and
+the bound over every entry, on fabrics with links down or drained, flows of any pairs and
+unequal rates.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from planning_cases import SMALL_TWO_TIER, flow_sets, switch_links
 
 from solver import problem as problem_module
+from solver.bounds import combinatorial_bounds
 from solver.problem import Problem, build_problem, propagate
 from topology.generators import (
     DualPlaneParams,
@@ -61,6 +64,24 @@ def test_compressed_components_equal_the_full_graphs(data: st.DataObject) -> Non
     pairs, resources = _reference(problem)
     assert problem.label.tolist() == pairs
     assert problem.resource_label.tolist() == resources
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_the_bound_read_off_the_groups_equals_the_full_tables(data: st.DataObject) -> None:
+    fabric = FABRICS[data.draw(st.sampled_from(sorted(FABRICS)))]
+    links = data.draw(st.lists(st.sampled_from(switch_links(fabric)), max_size=6, unique=True))
+    status = data.draw(st.sampled_from([LinkStatus.DOWN, LinkStatus.DRAINED]))
+    snapshot = fabric.with_link_status(dict.fromkeys(links, status))
+    flows = data.draw(flow_sets(snapshot, max_flows=60, rates=data.draw(st.booleans())))
+    weights = np.array([f.rate for f in flows])
+    grouped = build_problem(snapshot, flows, weights)
+    if not grouped.num_pairs:
+        return
+    assert grouped.two_hop_groups is not None
+    whole = build_problem(snapshot, flows, weights)
+    whole.__dict__["two_hop_groups"] = None  # every entry of the table, as before the groups
+    assert np.array_equal(combinatorial_bounds(grouped), combinatorial_bounds(whole))
 
 
 def test_rows_that_collide_in_their_hash_are_still_grouped_exactly(
