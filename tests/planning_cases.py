@@ -19,8 +19,10 @@ from solver.result import Plan
 from topology.generators import (
     FatTreeParams,
     LeafSpineParams,
+    RailOptimizedParams,
     fat_tree,
     leaf_spine,
+    rail_optimized,
 )
 from topology.model import Fabric, LinkStatus
 
@@ -28,6 +30,13 @@ SMALL_TWO_TIER = leaf_spine(LeafSpineParams(leaves=4, spines=3, hosts_per_leaf=3
 SMALL_FAT_TREE = fat_tree(FatTreeParams.model_validate({"k": 4}))
 SMALL = {"two-tier": SMALL_TWO_TIER, "fat-tree": SMALL_FAT_TREE}
 """Small fabrics by name (hypothesis draws the name: a fabric's repr is pages long)."""
+
+TWO_TIER_FABRICS = {
+    "small": SMALL_TWO_TIER,
+    "leaf-spine": leaf_spine(LeafSpineParams(leaves=6, spines=4, hosts_per_leaf=4)),
+    "rail": rail_optimized(RailOptimizedParams(units=2, hosts_per_unit=4, rails=4, spines=3)),
+}
+"""Two-tier fabrics of a few shapes, by name, for the tests of two-tier shortcuts."""
 
 
 @st.composite

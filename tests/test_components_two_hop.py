@@ -13,27 +13,30 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from planning_cases import SMALL_TWO_TIER, flow_sets, switch_links
+from planning_cases import TWO_TIER_FABRICS, flow_sets, switch_links
 
 from solver import problem as problem_module
 from solver.bounds import combinatorial_bounds
+from solver.flows import Flow
 from solver.problem import Problem, build_problem, propagate
-from topology.generators import (
-    DualPlaneParams,
-    LeafSpineParams,
-    RailOptimizedParams,
-    dual_plane,
-    leaf_spine,
-    rail_optimized,
-)
-from topology.model import LinkStatus
+from topology.generators import DualPlaneParams, dual_plane
+from topology.model import Fabric, LinkStatus
 
 FABRICS = {
-    "small": SMALL_TWO_TIER,
-    "leaf-spine": leaf_spine(LeafSpineParams(leaves=6, spines=4, hosts_per_leaf=3)),
-    "rail": rail_optimized(RailOptimizedParams(units=2, hosts_per_unit=4, rails=4, spines=3)),
+    **TWO_TIER_FABRICS,
     "dual-plane": dual_plane(DualPlaneParams(units=2, hosts_per_unit=2, rails=2, spines=2)),
 }
+
+
+@st.composite
+def _cases(draw: st.DrawFn) -> tuple[Fabric, list[Flow]]:
+    """A fabric of :data:`FABRICS` with up to six switch links down or drained, and flows on
+    it (of equal or unequal rates)."""
+    fabric = FABRICS[draw(st.sampled_from(sorted(FABRICS)))]
+    links = draw(st.lists(st.sampled_from(switch_links(fabric)), max_size=6, unique=True))
+    status = draw(st.sampled_from([LinkStatus.DOWN, LinkStatus.DRAINED]))
+    snapshot = fabric.with_link_status(dict.fromkeys(links, status))
+    return snapshot, draw(flow_sets(snapshot, max_flows=60, rates=draw(st.booleans())))
 
 
 def _reference(problem: Problem) -> tuple[list[int], list[int]]:
@@ -50,14 +53,10 @@ def _reference(problem: Problem) -> tuple[list[int], list[int]]:
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_compressed_components_equal_the_full_graphs(data: st.DataObject) -> None:
-    fabric = FABRICS[data.draw(st.sampled_from(sorted(FABRICS)))]
-    links = data.draw(st.lists(st.sampled_from(switch_links(fabric)), max_size=6, unique=True))
-    status = data.draw(st.sampled_from([LinkStatus.DOWN, LinkStatus.DRAINED]))
-    snapshot = fabric.with_link_status(dict.fromkeys(links, status))
-    flows = data.draw(flow_sets(snapshot, max_flows=60))
-    problem = build_problem(snapshot, flows, np.ones(len(flows)))
+@given(_cases())
+def test_compressed_components_equal_the_full_graphs(case: tuple[Fabric, list[Flow]]) -> None:
+    snapshot, flows = case
+    problem = build_problem(snapshot, flows, np.array([f.rate for f in flows]))
     if not problem.num_pairs:
         return
     assert problem._two_hop_graph() is not None  # the compressed graph is what is tested
@@ -67,13 +66,11 @@ def test_compressed_components_equal_the_full_graphs(data: st.DataObject) -> Non
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_the_bound_read_off_the_groups_equals_the_full_tables(data: st.DataObject) -> None:
-    fabric = FABRICS[data.draw(st.sampled_from(sorted(FABRICS)))]
-    links = data.draw(st.lists(st.sampled_from(switch_links(fabric)), max_size=6, unique=True))
-    status = data.draw(st.sampled_from([LinkStatus.DOWN, LinkStatus.DRAINED]))
-    snapshot = fabric.with_link_status(dict.fromkeys(links, status))
-    flows = data.draw(flow_sets(snapshot, max_flows=60, rates=data.draw(st.booleans())))
+@given(_cases())
+def test_the_bound_read_off_the_groups_equals_the_full_tables(
+    case: tuple[Fabric, list[Flow]],
+) -> None:
+    snapshot, flows = case
     weights = np.array([f.rate for f in flows])
     grouped = build_problem(snapshot, flows, weights)
     if not grouped.num_pairs:

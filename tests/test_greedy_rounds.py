@@ -14,26 +14,15 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from planning_cases import SMALL_TWO_TIER, flow_sets, switch_links
+from planning_cases import TWO_TIER_FABRICS, flow_sets, switch_links
 
 from solver import greedy
 from solver.greedy import _rounds, place_greedy
 from solver.problem import build_problem
-from topology.generators import (
-    FatTreeParams,
-    LeafSpineParams,
-    RailOptimizedParams,
-    fat_tree,
-    leaf_spine,
-    rail_optimized,
-)
+from topology.generators import FatTreeParams, fat_tree
 from topology.model import LinkStatus
 
-FABRICS = {
-    "small": SMALL_TWO_TIER,
-    "leaf-spine": leaf_spine(LeafSpineParams(leaves=6, spines=4, hosts_per_leaf=4)),
-    "rail": rail_optimized(RailOptimizedParams(units=2, hosts_per_unit=4, rails=4, spines=3)),
-}
+FABRICS = TWO_TIER_FABRICS
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
