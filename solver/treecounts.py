@@ -11,6 +11,7 @@ An option is ``j`` within a pod and ``j * G + g`` across pods.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,12 @@ class Layers:
     dead: BoolArray
     alive: list[int]
     """Per agg index ``j``: its live options as bits (core ``g`` across pods, bit 0 within)."""
+    ends: tuple[list[int], list[int]]
+    """``up`` and ``down`` as lists (read one at a time in a chain step)."""
+    slots: tuple[int, int, int, int]
+    """Where :attr:`Counts.full` holds this pair's full leaf links (over ``j``: up at the
+    source leaf, down at the destination) and, across pods, the first agg's full agg-core
+    links (over ``g``: up in the source pod, down in the destination; ``-1`` within a pod)."""
 
 
 def _row_bits(live: BoolArray) -> list[int]:
@@ -50,9 +57,51 @@ def _row_bits(live: BoolArray) -> list[int]:
     rows, size = live.shape
     if live.all():
         return [(1 << size) - 1] * rows
-    width = (size + 7) // 8
-    bits = np.packbits(live, axis=1, bitorder="little").tobytes()
-    return [int.from_bytes(bits[i : i + width], "little") for i in range(0, len(bits), width)]
+    return _row_ints(live)
+
+
+def _tables(shape: FatTreeShape) -> tuple[IntArray, ...]:
+    """The link tables whose rows :attr:`Counts.full` holds: leaf up, leaf down (rows per
+    node), agg up, agg down (rows per pod and agg)."""
+    cores = shape.cores_per_group
+    return (shape.up, shape.down, shape.agg_up.reshape(-1, cores),
+            shape.agg_down.reshape(-1, cores))  # fmt: skip
+
+
+_SLOTS: weakref.WeakKeyDictionary[FatTreeShape, tuple[tuple[int, ...], list[int], list[int]]]
+_SLOTS = weakref.WeakKeyDictionary()
+"""Per shape (one per cabling, shared by its re-plans): where each link's fullness bit is."""
+
+
+def _slots(shape: FatTreeShape, size: int) -> tuple[tuple[int, ...], list[int], list[int]]:
+    """The first row of each of :func:`_tables` in :attr:`Counts.full`, and per resource its
+    row there (``-1``: none) and its bit as a mask. Remembered per shape: as lists they took
+    3 ms of every 16,384-GPU re-plan's two counts."""
+    got = _SLOTS.get(shape)
+    if got is None or len(got[1]) != size:
+        tables = _tables(shape)
+        bases = tuple(np.cumsum([0] + [t.shape[0] for t in tables[:-1]]).tolist())
+        slot = np.full(size, -1, dtype=np.int64)
+        bit = np.zeros(size, dtype=np.int64)
+        for base, table in zip(bases, tables, strict=True):
+            rows, cols = np.nonzero(table >= 0)
+            links = table[rows, cols]
+            slot[links], bit[links] = base + rows, cols
+        got = _SLOTS[shape] = (bases, slot.tolist(), np.left_shift(1, bit).tolist())
+    return got
+
+
+def _row_ints(bits: BoolArray) -> list[int]:
+    """Each row of ``bits`` as one integer (column ``g`` is bit ``g``); rows of at most 64
+    columns at once, as unsigned 64-bit words."""
+    rows, size = bits.shape
+    packed = np.packbits(bits, axis=1, bitorder="little")
+    if size <= 64:
+        words = np.zeros((rows, 8), dtype=np.uint8)
+        words[:, : packed.shape[1]] = packed
+        out: list[int] = words.view("<u8").ravel().tolist()
+        return out
+    return [int.from_bytes(row.tobytes(), "little") for row in packed]
 
 
 class Counts:
@@ -94,6 +143,49 @@ class Counts:
         self._sorted = (flat[order], order // 4)
         self._users: dict[int, set[int]] = {}
         self._changed: set[int] = set()
+        self._fullness(shape)
+
+    def _fullness(self, shape: FatTreeShape) -> None:
+        """:attr:`full`: for each leaf's up links, each leaf's down links and each agg's core
+        links up and down, which are full (load at the target) as the bits of one integer,
+        kept as loads change; and where each link's bit is (:attr:`slot`, :attr:`mask`).
+
+        Why: a chain step (:meth:`escapes`) asks which of a flow's leaf and agg-core links
+        are full for every flow on every link a search visits; reading that off integers
+        kept current costs a few bit operations per agg, where gathering and packing the
+        loads each time was most of the step (3-tier 4,096 GPUs: 2,470 steps a re-plan)."""
+        self._bases, self.slot, self.mask = _slots(shape, self.pad + 1)
+        at_target = self.load >= self.target
+        full: list[int] = []
+        for table in _tables(shape):
+            full += _row_ints(at_target[np.maximum(table, 0)] & (table >= 0))
+        self.full = full
+        """Bits of full links per leaf and per agg (see :meth:`_fullness`)."""
+        self.count: list[int] = self.load.tolist()
+        """:attr:`load` as a list, for the search's reads one link at a time."""
+        self.rooms: list[int] = self.room.tolist()
+
+    def bump(self, links: tuple[int, ...] | list[int], by: int) -> None:
+        """Each of ``links``' loads changes by ``by`` (its count, its array entry and its
+        fullness bit: a chain search does this for every move it prices)."""
+        load, count, slot, mask, full, target = (
+            self.load,
+            self.count,
+            self.slot,
+            self.mask,
+            self.full,
+            self.target,
+        )
+        for r in links:
+            now = count[r] + by
+            count[r] = now
+            load[r] = now
+            at = slot[r]
+            if at >= 0:
+                if now >= target:
+                    full[at] |= mask[r]
+                else:
+                    full[at] &= ~mask[r]
 
     def paths(self, flows: IntArray, option: IntArray) -> IntArray:
         """Resources of ``option`` for each of ``flows`` (pad-filled for intra-pod ones)."""
@@ -135,10 +227,16 @@ class Counts:
                     if any(lost)
                     else cores
                 )
-                got = Layers(up, down, cu, cd, (dead[:, None] | ~live).ravel(), alive)
+                size, bases = sh.aggs, self._bases
+                slots = (bases[0] + s, bases[1] + t, bases[2] + pods[0] * size,
+                         bases[3] + pods[1] * size)  # fmt: skip
+                got = Layers(up, down, cu, cd, (dead[:, None] | ~live).ravel(), alive,
+                             (up.tolist(), down.tolist()), slots)  # fmt: skip
             else:
                 alive = (~dead).astype(int).tolist()
-                got = Layers(up, down, None, None, dead, alive)
+                slots = (self._bases[0] + s, self._bases[1] + t, -1, -1)
+                got = Layers(up, down, None, None, dead, alive, (up.tolist(), down.tolist()),
+                             slots)  # fmt: skip
             self._layers[key] = got
         self._flow_layers[f] = got
         return got
@@ -165,17 +263,16 @@ class Counts:
 
     def set(self, f: int, k: int) -> None:
         """Flow ``f`` takes option ``k`` (``-1``: none)."""
-        old = self.path[f]
-        for r in old.tolist():
-            if r != self.pad:
-                self.load[r] -= 1
-                users = self._users.get(r)
-                if users is not None:
-                    users.discard(f)
+        old = [r for r in self.path[f].tolist() if r != self.pad]
+        self.bump(old, -1)
+        for r in old:
+            users = self._users.get(r)
+            if users is not None:
+                users.discard(f)
         new = self.resources(f, k) if k >= 0 else [self.pad] * 4
+        self.bump([r for r in new if r != self.pad], 1)
         for r in new:
             if r != self.pad:
-                self.load[r] += 1
                 users = self._users.get(r)
                 if users is not None:
                     users.add(f)
@@ -243,74 +340,72 @@ class Counts:
         among them, else the lowest.
 
         Why beside :meth:`blocked`: this is the step of every chain search, asked for each
-        flow on each link a search visits (2,470 times in a 3-tier 4,096-GPU light-uplink
+        flow on each link a search visits (1,452 times in a 3-tier 4,096-GPU light-uplink
         re-plan). Counting every option's full links (``blocked``: 0.08-0.1 ms on that fabric,
         ``A = G = 32``, 1,024 options) and then grouping them by a sort cost twice that; the
-        groups follow from the layers instead, about 0.05 ms: a free option needs both its
-        leaf links and both agg-core links with room, a leaf link over groups every core of
-        its agg with room, and a full agg-core link is a group of one option. Only the aggs
-        with at most one leaf link over are looked at further, their cores' fullness as the
-        bits of one integer per agg."""
+        groups follow from the layers instead: a free option needs both its leaf links and
+        both agg-core links with room, a leaf link over groups every core of its agg with
+        room, and a full agg-core link is a group of one option. The leaf links' and each
+        agg's core links' fullness are the bits of an integer kept as loads change
+        (:attr:`full`), so the step is bit operations per agg; gathering and packing the loads
+        here made it about 0.03 ms, twice as long."""
         lay = self.layers(f)
-        load, full = self.load, self.target  # a live link is full at the target
         k, back = int(self.option[f]), int(self.prior[f])
         core_up, core_down = lay.core_up, lay.core_down
         size = 1 if core_up is None else self.shape.cores_per_group
         kj, kg = divmod(k, size) if k >= 0 else (-1, -1)
         bj, bg = divmod(back, size) if back >= 0 else (-1, -1)
+        full, fulls = self.target, self.full  # a live link is full at the target
+        at_up, at_down, at_cu, at_cd = lay.slots
+        up, down = lay.ends
         # Leaf links over were f to take agg j: full, or over already for its own agg (a
         # move of its core only adds nothing to its leaf links). Lost ones: not alive.
-        over_up, over_down = load[lay.up] >= full, load[lay.down] >= full
+        ou, od = fulls[at_up], fulls[at_down]
         if kj >= 0:
-            over_up[kj] = load[lay.up[kj]] > full
-            over_down[kj] = load[lay.down[kj]] > full
-        rows = (~(over_up & over_down)).nonzero()[0]
-        if not rows.size:
+            mine = 1 << kj
+            ou = ou & ~mine | (mine if self.count[up[kj]] > full else 0)
+            od = od & ~mine | (mine if self.count[down[kj]] > full else 0)
+        rows = ~(ou & od) & ((1 << self.shape.aggs) - 1)
+        if not rows:
             return []
-        ou, od = over_up.tolist(), over_down.tolist()
-        up, down = lay.up, lay.down
         alive = lay.alive
         free = -1  # the free option: a return where there is one, else the lowest
         found: list[tuple[int, int]] = []  # (link left over, option)
-        if core_up is None or core_down is None:
-            for j in rows.tolist():
+        while rows:
+            low = rows & -rows
+            rows ^= low
+            j = low.bit_length() - 1
+            over_up, over_down = ou & low, od & low
+            if core_up is None or core_down is None:
                 if not alive[j] or j == k:
                     continue
-                if ou[j] or od[j]:
-                    found.append((int(down[j] if od[j] else up[j]), j))
+                if over_up or over_down:
+                    found.append((down[j] if over_down else up[j], j))
                 elif free < 0 or j == back:
                     free = j
-        else:
-            # Only those aggs' cores matter (a full 4,096-GPU fabric: a few of 32), as bits.
-            width = (size + 7) // 8
-            busy = (
-                np.packbits(load[core_up[rows]] >= full, axis=1, bitorder="little").tobytes(),
-                np.packbits(load[core_down[rows]] >= full, axis=1, bitorder="little").tobytes(),
-            )
-            for i, j in enumerate(rows.tolist()):
-                live = alive[j] & ~(1 << kg) if j == kj else alive[j]
-                if not live:
-                    continue
-                bits_up = int.from_bytes(busy[0][i * width : (i + 1) * width], "little")
-                bits_down = int.from_bytes(busy[1][i * width : (i + 1) * width], "little")
-                both = ~(bits_up | bits_down) & live
-                if ou[j] or od[j]:  # that leaf link: any core with room, a return first
-                    if both:
-                        g = bg if j == bj and both >> bg & 1 else (both & -both).bit_length() - 1
-                        found.append((int(down[j] if od[j] else up[j]), j * size + g))
-                    continue
+                continue
+            live = alive[j] & ~(1 << kg) if j == kj else alive[j]
+            if not live:
+                continue
+            bits_up, bits_down = fulls[at_cu + j], fulls[at_cd + j]
+            both = ~(bits_up | bits_down) & live
+            if over_up or over_down:  # that leaf link: any core with room, a return first
                 if both:
-                    if free < 0:
-                        free = j * size + (both & -both).bit_length() - 1
-                    if j == bj and both >> bg & 1:
-                        free = back
-                one = (bits_up ^ bits_down) & live
-                while one:
-                    low = one & -one
-                    g = low.bit_length() - 1
-                    ends = core_down if bits_down & low else core_up
-                    found.append((int(ends[j, g]), j * size + g))
-                    one ^= low
+                    g = bg if j == bj and both >> bg & 1 else (both & -both).bit_length() - 1
+                    found.append((down[j] if over_down else up[j], j * size + g))
+                continue
+            if both:
+                if free < 0:
+                    free = j * size + (both & -both).bit_length() - 1
+                if j == bj and both >> bg & 1:
+                    free = back
+            one = (bits_up ^ bits_down) & live
+            while one:
+                bit = one & -one
+                g = bit.bit_length() - 1
+                ends = core_down if bits_down & bit else core_up
+                found.append((int(ends[j, g]), j * size + g))
+                one ^= bit
         found.sort()
         out: list[tuple[int, tuple[int, ...]]] = [(free, ())] if free >= 0 else []
         out += [(option, (link,)) for link, option in found]
@@ -327,11 +422,8 @@ class Counts:
     def apply(self, gone: tuple[int, ...], taken: tuple[int, ...], sign: int) -> None:
         """A priced chain's moves on the loads only (a search prices many chains, makes one),
         as the links its flows leave and take: found once per move, not per chain priced."""
-        load = self.load
-        for r in gone:
-            load[r] -= sign
-        for r in taken:
-            load[r] += sign
+        self.bump(gone, -sign)
+        self.bump(taken, sign)
 
     def moves(self) -> int:
         return int(np.count_nonzero((self.prior >= 0) & (self.option != self.prior)))

@@ -32,19 +32,24 @@ and the cheapest result kept; moved flows are then sent back where a free chain 
 means: the degraded colouring's chains move many flows that a chain of already-moved flows
 could return (a 16k-GPU lost core: 260 moved besides the crossed, 204 after 0.15 s of it).
 
-**Two full links.** Where a few displaced flows (a single link's worth) were placed but moved
-others, the repair runs again with each flow also trying options full at *two* links, each
-relieved by its own chain (:func:`_place_on_two`), and keeps that if it moves fewer. On a full
-fabric an option full at both leaf links is often relieved by one direct move at each, where
-every one-link chain is a long detour.
+**Two full links.** Where a few displaced flows are to be placed (a single link's worth,
+:data:`TWO_FLOWS`), each flow whose cheapest one-link chain moves more than one other also
+tries options full at *two* links, each relieved by its own chain (:func:`_place_on_two`), and
+keeps the cheaper. On a full fabric an option full at both leaf links is often relieved by one
+direct move at each, where every one-link chain is a long detour. Where that finds no place
+for a flow, the one-link orders run (and the degraded colouring behind them).
 
-**Measured** (3-tier 4,096 GPUs, shuffled ring, light uplink down): the first order places the
-three displaced flows moving 12 others (15 in all, as the generic repair) in about 0.09 s; the
-second run with two-link options moves 13 (the minimum is 12) for 0.13-0.2 s more: 2,470 chain
-steps in all (:meth:`solver.treecounts.Counts.escapes`). Before those steps were read off the
-layers as bits, the same repair took 0.44-0.57 s and, cut by :data:`REPAIR_SECONDS`, ended at
-15 moves in some runs. Over eight light-uplink cases (2,048 and 4,096 GPUs, four seeds) it
-moved fewer in four (10 to 9, 13 to 10, 15 to 13, 12 to 10) and never more. The lost-core,
+**Measured** (3-tier 4,096 GPUs, shuffled ring, light uplink down): one-link chains alone place
+the three displaced flows moving 12 others (15 in all, as the generic repair); with two-link
+options 13 (the minimum is 12), in 1,452 chain steps (:meth:`solver.treecounts.Counts.escapes`).
+Until the tenth pass the one-link run came first and the two-link one was a second run from
+the start (2,470 steps), each step gathered and packed the loads of a flow's links, and each
+chain priced was put on the loads and taken off whole: the repair took 0.14-0.3 s, now
+0.08-0.11 s, the same 13 moves (side by side, loaded machine). Before the steps were read
+off the layers as bits, it took 0.44-0.57 s and, cut by :data:`REPAIR_SECONDS`, ended at 15
+moves in some runs. Over eight light-uplink cases (2,048 and 4,096 GPUs, four seeds) the
+two-link options moved fewer in four (10 to 9, 13 to 10, 15 to 13, 12 to 10) and never more.
+The lost-core,
 drained-core and light-uplink rows at 16,384 GPUs find no one-resource chain (a pod's agg
 short of core links needs flows to leave it at both leaf ends) and fall to the degraded
 colouring, sent back.
@@ -111,12 +116,6 @@ best-first order by price plus resources left over found the 4,096-GPU light upl
 colouring behind it for what that cannot place."""
 
 
-Moved = tuple[tuple[int, ...], tuple[int, ...], int]
-"""The links a chain's flows leave and take, and how many of its moves those cover: carried
-from a chain to the chains that extend it, so pricing one finds the links of its last move
-only."""
-
-
 @dataclass(frozen=True)
 class TreeRepair:
     """A repaired plan: agg index and core per flow (``-1``: none, as in
@@ -141,26 +140,27 @@ def _relieve(
     A state is the chain so far and the resources it leaves over (at most :data:`PENDING`,
     or as many as a start has): the first of them is relieved by moving one of its flows to an
     option full on at most one other resource, which joins the rest. Breadth-first by price
-    (0-1: moves of flows that have moved already are free, returns earn one back)."""
-    queue: deque[tuple[tuple[int, ...], Chain, int, Moved]] = deque(
-        (p, c, 0, ((), (), 0)) for p, c in starts
-    )
+    (0-1: moves of flows that have moved already are free, returns earn one back). The chain
+    popped is on the loads while its flows' steps are read (:func:`_shift`); the loads are
+    as they were when this returns, but for the chain made."""
+    queue: deque[tuple[tuple[int, ...], Chain, int]] = deque((p, c, 0) for p, c in starts)
     done: set[tuple[int, ...]] = set()
-    while queue:
-        pending, chain, price, (gone, taken, known) = queue.popleft()
-        if len(chain) > DEPTH:
-            continue
-        for f, k in chain[known:]:  # links of the moves the parent did not price
-            gone, taken = gone + state.held(f), taken + state.taken(f, k)
-        state.apply(gone, taken, 1)
-        try:
-            pending = tuple(r for r in pending if state.load[r] > state.room[r])
+    links: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    on: Chain = []  # the moves on the loads now: each chain popped shifts them to its own
+    try:
+        while queue:
+            pending, chain, price = queue.popleft()
+            if len(chain) > DEPTH:
+                continue
+            _shift(state, on, chain, links)
+            on = chain
+            count, room = state.count, state.rooms
+            pending = tuple(r for r in pending if count[r] > room[r])
             if not pending:
-                state.apply(gone, taken, -1)
-                gone = taken = ()  # off the loads already: made below, not shifted back
-                made = chain
-                state.make(made)
-                return made, price
+                _shift(state, on, [], links)
+                on = []
+                state.make(chain)
+                return chain, price
             if pending in done:
                 continue
             done.add(pending)
@@ -168,7 +168,6 @@ def _relieve(
                 return None
             res, rest = pending[0], pending[1:]
             busy = frozen | {f for f, _ in chain}
-            parent: Moved = (gone, taken, len(chain))
             for g in sorted(state.on(res)):
                 if g in busy:
                     continue
@@ -186,14 +185,39 @@ def _relieve(
                     nxt = tuple(sorted(set(rest) | set(new)))
                     if nxt in done:
                         continue
-                    item = (nxt, [*chain, (g, k)], price + cost, parent)
+                    item = (nxt, [*chain, (g, k)], price + cost)
                     if cost <= 0:
                         queue.appendleft(item)
                     else:
                         queue.append(item)
-        finally:
-            state.apply(gone, taken, -1)
-    return None
+        return None
+    finally:
+        _shift(state, on, [], links)
+
+
+def _shift(
+    state: Counts,
+    was: Chain,
+    now: Chain,
+    links: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]],
+) -> None:
+    """The loads from chain ``was``'s moves to chain ``now``'s (on the loads only, not made):
+    the moves after the two chains' common start undone and done. A search pops chains that
+    mostly share all but their last move, so a step shifts one or two moves' links, not every
+    move of both chains; ``links`` keeps each move's links (left, taken) for the search."""
+    same = 0
+    for a, b in zip(was, now, strict=False):
+        if a != b:
+            break
+        same += 1
+    for move in reversed(was[same:]):
+        gone, taken = links[move]
+        state.apply(gone, taken, -1)
+    for move in now[same:]:
+        got = links.get(move)
+        if got is None:
+            got = links[move] = (state.held(move[0]), state.taken(*move))
+        state.apply(got[0], got[1], 1)
 
 
 def _place(state: Counts, f: int, deadline: float, two: bool = False) -> int | None:
@@ -227,9 +251,9 @@ TWO_STARTS = 64
 one move (see :func:`_place_on_two`)."""
 
 TWO_FLOWS = 8
-"""Most displaced flows for which a repair that moved more than them is tried again with
-options full on two links (a failed, drained or restored link's worth; a lost core displaces
-dozens, where the second repair cost 0.2-0.3 s at 16,384 GPUs and moved more)."""
+"""Most displaced flows placed with options full on two links as well (a failed, drained or
+restored link's worth; a lost core displaces dozens, where a second repair with them cost
+0.2-0.3 s at 16,384 GPUs and moved more)."""
 
 
 def _place_on_two(
@@ -252,11 +276,18 @@ def _place_on_two(
     (:func:`_floor`) is kept out of the first one's budget: a search under a budget ends only
     when the budget is spent, so a tight one is most of the saving. Only where a one-link
     chain was found: where none is, the degraded colouring follows, and this would only cost
-    time (16,384 GPUs: 0.15 s, nothing found)."""
+    time (16,384 GPUs: 0.15 s, nothing found).
+
+    A first link that no chain relieved under some budget is not searched again under as
+    much for another option of ``f`` (``hopeless``): between the tries only ``f``'s option
+    differs, and a chain relieving a leaf link seldom passes through ``f``'s other links. That
+    is a judgement, not a proof; it took the 4,096-GPU light uplink's two-link steps from 1,216
+    to 878, and changed no result on 48 ladder cases (2,048 and 4,096 GPUs, four seeds)."""
     count, hi, lo = blocked
     best = state.option.copy()
     _restore(state, saved)
     tried = 0
+    hopeless: dict[int, int] = {}
     for k in np.flatnonzero(count == 2).tolist():
         if cost <= 1 or tried >= TWO_STARTS or time.perf_counter() > deadline:
             break
@@ -274,8 +305,13 @@ def _place_on_two(
             if state.load[r] <= state.room[r]:
                 continue
             left = cost - price - sum(floors[n + 1 :])
+            if n == 0 and hopeless.get(r, 0) >= left:
+                price = cost  # no chain relieved it under as much with f on its other links
+                break
             got = _relieve(state, [((r,), [])], {f}, left, deadline)
             if got is None:
+                if n == 0:
+                    hopeless[r] = max(hopeless.get(r, 0), left)
                 price = cost
                 break
             price += got[1]
@@ -395,7 +431,13 @@ def repair_tree(
     must = int(np.count_nonzero(lost))
     best: IntArray | None = None
     fewest = BIG
-    for k, order in enumerate(_orders(todo, ORDERS)):
+    if todo and len(todo) <= TWO_FLOWS:
+        got = _run(state, todo, deadline, fewest, two=True)
+        if got is not None:
+            best, fewest = state.option.copy(), got
+        else:
+            _restore(state, start)
+    for k, order in enumerate(_orders(todo, ORDERS) if best is None else []):
         if k and time.perf_counter() > min(deadline, started + MORE_ORDERS_SECONDS):
             break
         if k:
@@ -407,13 +449,6 @@ def repair_tree(
             best, fewest = state.option.copy(), got
             if fewest <= must:  # no order moves fewer
                 break
-    if best is not None and must < fewest and len(todo) <= TWO_FLOWS:
-        # Placed by one-link chains, moving others: again in the first order, each flow
-        # also trying options full on two links (_place_on_two), kept if it moves fewer.
-        _restore(state, start)
-        got = _run(state, todo, deadline, fewest, two=True)
-        if got is not None and got < fewest:
-            best, fewest = state.option.copy(), got
     if best is None:
         return None
     agg = np.full(s.size, -1, dtype=np.int64)

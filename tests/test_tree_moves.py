@@ -22,8 +22,8 @@ from planning_cases import assert_valid, make_flows, ports, switch_links
 from solver.fattree import analyse
 from solver.flows import Flow
 from solver.planner import plan
-from solver.treecounts import Counts
-from solver.treemoves import repair_tree
+from solver.treecounts import Counts, _row_ints
+from solver.treemoves import _relieve, repair_tree
 from topology.generators import FatTreeParams, fat_tree
 from topology.model import Fabric, LinkStatus
 
@@ -299,6 +299,16 @@ def test_options_full_on_two_links_let_a_light_uplink_repair_move_fewer(
     assert 0 < bound <= len(both.moved)
 
 
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 5), size=st.integers(1, 140), seed=st.integers(0, 2**31 - 1))
+def test_rows_of_bits_read_as_integers(rows: int, size: int, seed: int) -> None:
+    """The fullness and live-core rows (column g is bit g), through 64-bit words where a row
+    fits one and byte by byte beyond."""
+    bits = np.random.default_rng(seed).random((rows, size)) < 0.5
+    want = [sum(1 << g for g in range(size) if row[g]) for row in bits]
+    assert _row_ints(bits) == want
+
+
 def _escapes_by_blocked(state: Counts, f: int) -> list[tuple[int, tuple[int, ...]]]:
     """What one chain step may do with flow ``f``, from :meth:`Counts.blocked` (every option's
     links over, one array per option) grouped by the links left over: the definition that
@@ -343,3 +353,34 @@ def test_a_chain_step_read_off_the_layers_equals_the_grouped_per_option_counts(
     state.prior = np.where(rng.random(n) < 0.5, (rng.random(n) * width).astype(np.int64), -1)
     for f in range(n):
         assert state.escapes(f) == _escapes_by_blocked(state, f), f
+    # The fullness bits are kept as loads change: flows take other options (set) and chains
+    # are priced on the loads only (apply), then checked against loads counted afresh.
+    for _ in range(30):
+        f = int(rng.integers(n))
+        state.set(f, int(rng.integers(-1, width[f])))
+    links = rng.choice(np.flatnonzero(ok), 12)
+    state.apply(tuple(links[:6].tolist()), tuple(links[6:].tolist()), 1)
+    counted = np.zeros_like(state.load)
+    np.add.at(counted, state.path.ravel(), 1)
+    counted[state.pad] = 0
+    np.subtract.at(counted, links[:6], 1)
+    np.add.at(counted, links[6:], 1)
+    assert state.load.tolist() == counted.tolist() == state.count
+    for f in range(n):
+        assert state.escapes(f) == _escapes_by_blocked(state, f), f
+    state.apply(tuple(links[:6].tolist()), tuple(links[6:].tolist()), -1)
+    for f in range(n):
+        assert state.escapes(f) == _escapes_by_blocked(state, f), f
+    # A chain search shifts its chains' moves on and off the loads: after it, found or not,
+    # the loads are those of the flows' options again (and a chain found is made).
+    over = [r for r in np.flatnonzero(ok).tolist() if state.count[r] >= state.target][:3]
+    for r in over:
+        state.bump([r], 1)  # over by one: a search must relieve it
+        _relieve(state, [((r,), [])], set(), 3)
+        state.bump([r], -1)
+        counted = np.zeros_like(state.load)
+        np.add.at(counted, state.path.ravel(), 1)
+        counted[state.pad] = 0
+        assert state.count == counted.tolist() == state.load.tolist()
+        for f in range(n):
+            assert state.escapes(f) == _escapes_by_blocked(state, f), f
