@@ -88,6 +88,10 @@ def _pair_weights(problem: Problem) -> tuple[FloatArray, ...]:
 _BITMAP_MAX = 1 << 26
 """Largest family x resource grid marked as a bitmap (64 MiB); above it, sorting is used."""
 
+_GRID_PER_ENTRY = 32
+"""Most grid cells per entry for which the bitmap is used: a sort of ``n`` integers costs about
+as much as touching some ``n log n`` bytes, a grid its every cell (see :func:`_distinct`)."""
+
 
 def _spans(starts: IntArray, counts: IntArray) -> IntArray:
     """``starts[i], ..., starts[i] + counts[i] - 1`` for every ``i``, concatenated."""
@@ -100,11 +104,15 @@ def _spans(starts: IntArray, counts: IntArray) -> IntArray:
 
 
 def _distinct(fam: IntArray, res: IntArray, nfam: int, width: int) -> tuple[IntArray, IntArray]:
-    """The distinct ``(fam, res)`` pairs, sorted. Why a bitmap: a 3-tier candidate table holds
+    """The distinct ``(fam, res)`` pairs, sorted. Why a bitmap: a whole candidate table holds
     millions of entries but only thousands of families, so marking a families x resources grid
-    is linear where ``np.unique`` sorts the whole table (the bulk of a 3-tier re-plan)."""
+    is linear where ``np.unique`` sorts the whole table (the bulk of a 3-tier re-plan once).
+    Why not always: the lazy fat-tree and the grouped two-tier tables give tens of thousands
+    of entries, and a grid of millions cells is then the cost (3-tier 4,096 GPUs: 24,576
+    entries, a 6.5-million-cell grid 2.8-19 ms, a sort 0.3-0.5 ms), so entries are sorted
+    where the grid has over :data:`_GRID_PER_ENTRY` cells per entry."""
     codes = fam * width + res
-    if nfam * width > _BITMAP_MAX:
+    if nfam * width > min(_BITMAP_MAX, _GRID_PER_ENTRY * codes.size):
         used = distinct(codes)
     else:
         seen = np.zeros(nfam * width, dtype=bool)

@@ -95,3 +95,24 @@ def test_bounds_never_exceed_the_brute_force_optimum(data: st.DataObject) -> Non
         return
     problem = compile_(fabric, flows)
     assert best_bound(problem) <= brute_force_optimum(fabric, flows) + 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), nfam=st.integers(1, 40), width=st.integers(1, 300))
+def test_family_resource_pairs_by_grid_and_by_sort_are_the_same(
+    seed: int, nfam: int, width: int
+) -> None:
+    """The bound's distinct (family, resource) pairs, marked on a grid or sorted (which one
+    depends on the grid's size per entry): the same pairs, in the same order."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 500))
+    fam, res = rng.integers(0, nfam, n), rng.integers(0, width, n)
+    want = sorted(set(zip(fam.tolist(), res.tolist(), strict=True)))
+    for cells in (0, 1 << 40):  # every grid too large per entry; none
+        old = bounds_module._GRID_PER_ENTRY
+        bounds_module._GRID_PER_ENTRY = cells
+        try:
+            got = bounds_module._distinct(fam, res, nfam, width)
+        finally:
+            bounds_module._GRID_PER_ENTRY = old
+        assert list(zip(got[0].tolist(), got[1].tolist(), strict=True)) == want
