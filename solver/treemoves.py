@@ -49,10 +49,9 @@ chain priced was put on the loads and taken off whole: the repair took 0.14-0.3 
 off the layers as bits, it took 0.44-0.57 s and, cut by :data:`REPAIR_SECONDS`, ended at 15
 moves in some runs. Over eight light-uplink cases (2,048 and 4,096 GPUs, four seeds) the
 two-link options moved fewer in four (10 to 9, 13 to 10, 15 to 13, 12 to 10) and never more.
-The lost-core,
-drained-core and light-uplink rows at 16,384 GPUs find no one-resource chain (a pod's agg
-short of core links needs flows to leave it at both leaf ends) and fall to the degraded
-colouring, sent back.
+The lost-core, drained-core and light-uplink rows at 16,384 GPUs find no one-resource chain
+(a pod's agg short of core links needs flows to leave it at both leaf ends) and fall to the
+degraded colouring, sent back.
 
 **Guarantee.** None beyond what is checked: the result is returned only when every flow is on a
 usable option and no switch link carries more than ``target`` flows, so it meets the bound when
