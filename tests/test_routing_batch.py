@@ -52,8 +52,14 @@ def fabric_of(name: str, k: int) -> Fabric:
     return variants(BASES[name])[k]
 
 
+@pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize(("name", "k"), CASES)
-def test_distance_rows_equal_the_per_leaf_tables(name: str, k: int) -> None:
+def test_distance_rows_equal_the_per_leaf_tables(
+    name: str, k: int, wide: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In bytes (every Clos) and in the 32-bit integers taken beyond 125 tier steps."""
+    if wide:
+        monkeypatch.setattr(routing_module, "_distance_type", lambda steps: (np.int32, 1 << 30))
     fabric = fabric_of(name, k)
     leaves = np.arange(fabric.index.num_switches)[::-1].copy()  # not in numbering order
     batch = Routing(fabric.index)
@@ -68,6 +74,14 @@ def test_distance_rows_equal_the_per_leaf_tables(name: str, k: int) -> None:
     again_down, again_up = batch.distance_rows(np.array([0, 0, *leaves.tolist()]))
     assert again_down[2:].tolist() == down.tolist()
     assert again_up[2:].tolist() == up.tolist()
+
+
+def test_distance_type_leaves_room_above_every_distance() -> None:
+    """A finite distance after ``steps`` tier steps is at most ``steps``; a step adds one to
+    at most the sentinel: both must fit the type."""
+    for steps in range(0, 300):
+        dtype, far = routing_module._distance_type(steps)
+        assert steps < far and far + 1 <= np.iinfo(dtype).max
 
 
 @pytest.mark.parametrize("cells", [None, 1, 7, 64])

@@ -281,18 +281,17 @@ class FabricIndex:
     def port_addresses(self) -> npt.NDArray[np.uint64]:
         """IPv4 address (as an integer) of every NIC-port node; 0 for switches."""
         address = np.zeros(self.num_nodes, dtype=np.uint64)
-        for p in self.ports:
-            address[p.node] = int(p.port.address)
+        # One assignment of two lists (a numpy element per port was 10 ms at 16k GPUs).
+        address[[p.node for p in self.ports]] = [int(p.port.address) for p in self.ports]
         return address
 
     @cached_property
     def port_uplinks(self) -> IntArray:
         """Per node, a NIC port's only outgoing resource; -1 for switches and uncabled ports."""
         uplink = np.full(self.num_nodes, -1, dtype=np.int64)
-        for p in self.ports:
-            out = self.out_resources[p.node]
-            if len(out) == 1:
-                uplink[p.node] = out[0]
+        out = self.out_resources
+        cabled = [p.node for p in self.ports if len(out[p.node]) == 1]
+        uplink[cabled] = [out[node][0] for node in cabled]  # as one assignment (see above)
         return uplink
 
     @cached_property
