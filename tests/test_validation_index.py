@@ -136,6 +136,25 @@ def test_fast_ipv4_builds_the_address_the_constructor_builds(value: int) -> None
     assert not fast < ref and not ref < fast
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**128 - 1))
+def test_fast_ipv6_builds_the_address_the_constructor_builds(value: int) -> None:
+    """``fast_ipv6`` skips ``IPv6Address``'s constructor too: the same in every way."""
+    import ipaddress
+    import pickle
+
+    from topology.addresses import fast_ipv6
+
+    text = str(ipaddress.IPv6Address(value))
+    fast, ref = fast_ipv6(text), ipaddress.IPv6Address(text)
+    assert type(fast) is ipaddress.IPv6Address and fast.scope_id is None
+    assert (fast == ref, hash(fast) == hash(ref), str(fast), fast.packed) == (
+        True, True, text, ref.packed,
+    )  # fmt: skip
+    assert int(fast) == value and pickle.loads(pickle.dumps(fast)) == ref
+    assert not fast < ref and not ref < fast
+
+
 def test_parallel_link_error_is_one_line_naming_the_fix() -> None:
     """The reason once held '; ', which the error splitter read as a second problem with an
     empty reason ('model a bundle ...: ')."""

@@ -60,7 +60,12 @@ def fast_ipv6(value: Any) -> Any:
             packed = socket.inet_pton(socket.AF_INET6, value)
         except OSError:
             return value
-        return ipaddress.IPv6Address(int.from_bytes(packed, "big"))
+        # As for IPv4: the integer constructor's fields (``_ip``, and no ``_scope_id``: the
+        # pattern excludes one) without its range check, which 16 packed bytes cannot fail.
+        address: Any = object.__new__(ipaddress.IPv6Address)
+        address._ip = int.from_bytes(packed, "big")
+        address._scope_id = None
+        return address
     return value
 
 
