@@ -132,7 +132,10 @@ class _Setup:
         qs, q_local = np.unique(tree.pp[used[far]], return_inverse=True)
         src, src_row = np.unique(tree.pod_pairs[qs, 0], return_inverse=True)
         dst, dst_row = np.unique(tree.pod_pairs[qs, 1], return_inverse=True)
-        gorder = layout.gorder[np.union1d(src, dst)]
+        # ``distinct``, not ``np.union1d`` (``np.unique`` without options): besides the slow
+        # hash table (topology.arrays), its first call in a process costs 8-14 ms to set up,
+        # and this was the only such call of a ``c4p plan``.
+        gorder = layout.gorder[distinct(np.concatenate((src, dst)))]
         if np.any(gorder != gorder[:1]):
             self.reason = "aggs list their cores in different orders"
             return
