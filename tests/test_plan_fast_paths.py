@@ -19,8 +19,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from c4p.bench import permutation_jobs
 from solver.ecmp import ecmp_paths
@@ -242,6 +244,16 @@ def test_plan_file_text_is_the_model_dumped(name: str) -> None:
     model = plan_from_paths(fabric, workload.flows, paths, "auto", 7)
     assert text == dump_model(model, TextFormat.JSON)
     assert PlanFile.model_validate(json.loads(text)) == model
+
+
+@hypothesis.settings(max_examples=400, deadline=None)
+@hypothesis.given(st.text())
+def test_a_strings_json_is_what_json_dumps_writes(text: str) -> None:
+    """The plan file's strings are encoded by ``encode_basestring_ascii``, which json.dumps
+    of a str (default options) returns: quotes, escapes, non-ASCII and surrogates alike."""
+    from json.encoder import encode_basestring_ascii
+
+    assert encode_basestring_ascii(text) == json.dumps(text)
 
 
 # -- the command line ------------------------------------------------------------------------
