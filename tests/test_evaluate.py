@@ -414,3 +414,40 @@ def test_max_min_rates_of_an_ecmp_baseline_are_the_whole_array_rounds() -> None:
     got = max_min_fair_rates(incidence, weights, cap)
     assert len(np.unique(got / weights)) > 3
     assert got.tobytes() == reference_max_min(incidence, weights, cap).tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.tuples(
+        st.text(max_size=8),
+        st.text(max_size=8),
+        st.integers(0, 10**6),
+        st.integers(0, 10**6),
+        st.integers(0, 1),
+        st.integers(0, 10**4),
+        st.floats(allow_nan=False),
+        st.floats(allow_nan=False),
+    )
+)
+def test_pair_results_are_built_as_the_constructor_builds_them(
+    values: tuple[str, str, int, int, int, int, float, float],
+) -> None:
+    """:func:`solver.evaluate._pair_result` skips the frozen dataclass's ``__init__``: the
+    object must be the constructor's in every way (fields, their order, equality, hash, text,
+    immutability), and the class must keep the fields it writes and no ``__post_init__``."""
+    import dataclasses
+    import pickle
+
+    from solver.evaluate import PairResult, _pair_result
+
+    assert not hasattr(PairResult, "__post_init__")
+    assert [f.name for f in dataclasses.fields(PairResult)] == [
+        "job", "communicator", "src_rank", "dst_rank", "tree", "flows", "rate_gbps", "sum_gbps",
+    ]  # fmt: skip
+    fast, ref = _pair_result(*values), PairResult(*values)
+    assert type(fast) is PairResult and list(vars(fast).items()) == list(vars(ref).items())
+    assert fast == ref and hash(fast) == hash(ref) and repr(fast) == repr(ref)
+    assert dataclasses.asdict(fast) == dataclasses.asdict(ref)
+    assert pickle.loads(pickle.dumps(fast)) == ref
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.flows = 0  # type: ignore[misc]
