@@ -281,6 +281,21 @@ class RankNic:
     :func:`solver.flows.nic_line_rate` gives it."""
 
 
+def _rank_nic(
+    rank: int, host: str, nic: str, rail: int, ports: tuple[str, ...], where: str, rate: float
+) -> RankNic:
+    """``RankNic(rank, host, nic, rail, ports, where, rate)`` as its constructor makes it: the
+    fields in the instance's ``__dict__`` in field order (no ``__post_init__``; the tests hold
+    the two to each other). Why: a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, 1.9 us for these seven against 0.9, and the jobs check places
+    every rank (16,384 at 16k GPUs)."""
+    placed: RankNic = object.__new__(RankNic)
+    placed.__dict__.update(
+        rank=rank, host=host, nic=nic, rail=rail, ports=ports, where=where, line_rate=rate
+    )
+    return placed
+
+
 NicMap = dict[str, dict[str, tuple[int, tuple[str, ...], float]]]
 _NIC_MAPS: weakref.WeakKeyDictionary[FabricIndex, NicMap] = weakref.WeakKeyDictionary()
 
@@ -330,7 +345,7 @@ def _placement(
             else:
                 first[host] = k
                 for nic, (rail, ports, rate) in hosts[host].items():
-                    placed.append(RankNic(len(placed), host, nic, rail, ports, at, rate))
+                    placed.append(_rank_nic(len(placed), host, nic, rail, ports, at, rate))
         return placed
     assert job.ranks is not None
     for k, spec in enumerate(job.ranks):
@@ -341,7 +356,7 @@ def _placement(
             problems.append((f"{at}.nic", f"host {spec.host!r} has no NIC {spec.nic!r}"))
         else:
             rail, ports, rate = hosts[spec.host][spec.nic]
-            placed.append(RankNic(spec.rank, spec.host, spec.nic, rail, ports, at, rate))
+            placed.append(_rank_nic(spec.rank, spec.host, spec.nic, rail, ports, at, rate))
     return placed
 
 

@@ -413,3 +413,56 @@ def test_flow_weights_equal_the_per_flow_products(priorities: dict[str, float] |
         base = prio if given is workload else (priorities or {})
         want = [f.rate * base.get(f.job, 1.0) for f in flows]
         assert weights.tolist() == want
+
+
+# -- records built without their frozen dataclass's __init__ ----------------------------------
+
+
+def _same_record(fast: object, ref: object) -> None:
+    import copy
+    import dataclasses
+    import pickle
+
+    assert type(fast) is type(ref) and not hasattr(type(ref), "__post_init__")
+    assert list(vars(fast).items()) == list(vars(ref).items())  # the fields, in field order
+    assert fast == ref and hash(fast) == hash(ref) and repr(fast) == repr(ref)
+    assert pickle.loads(pickle.dumps(fast)) == ref and copy.copy(fast) == ref
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.rail = 0  # type: ignore[attr-defined]
+
+
+@hypothesis.settings(max_examples=100, deadline=None)
+@hypothesis.given(
+    st.integers(0, 10**5),
+    st.text(max_size=6),
+    st.text(max_size=6),
+    st.integers(0, 64),
+    st.lists(st.text(max_size=6), max_size=3).map(tuple),
+    st.floats(allow_nan=False),
+)
+def test_rank_nics_and_edges_are_built_as_their_constructors_build_them(
+    rank: int, host: str, nic: str, rail: int, ports: tuple[str, ...], rate: float
+) -> None:
+    """``solver.jobs._rank_nic`` and ``solver.patterns._edge`` skip the dataclasses'
+    ``__init__`` (and ``topology.index._port_info``, below): the same objects in every way."""
+    from solver.jobs import RankNic, _rank_nic
+    from solver.patterns import Edge, _edge
+
+    a = _rank_nic(rank, host, nic, rail, ports, "jobs[0]", rate)
+    _same_record(a, RankNic(rank, host, nic, rail, ports, "jobs[0]", rate))
+    b = RankNic(rank + 1, nic, host, rail, ports, "", rate)
+    _same_record(_edge(a, b, rail % 2, rail, None, rate), Edge(a, b, rail % 2, rail, None, rate))
+    _same_record(_edge(b, a, 0, 1, rail or None, None), Edge(b, a, qps=rail or None))
+
+
+def test_port_infos_are_built_as_their_constructor_builds_them() -> None:
+    from topology.index import PortInfo, _port_info
+
+    for fabric in FABRICS.values():
+        for p in fabric.index.ports:
+            _same_record(
+                p, PortInfo(p.host, p.nic, p.port, p.rail, p.port_number, p.node)
+            )  # the index's own, made by _port_info
+        assert _port_info(p.host, p.nic, p.port, 1, 2, 3) == PortInfo(
+            p.host, p.nic, p.port, 1, 2, 3
+        )
