@@ -110,8 +110,13 @@ def max_min_fair_rates(
     # cross (their per-resource sums by bincount, over the same entries in the same order).
     rows, cols = rows[active[rows]], cols[active[rows]]
     saturated = np.zeros(num_resources, dtype=np.bool_)
+    # A resource's active weight only falls (frozen flows' weights are taken off; a hit
+    # resource's is set to 0, below the threshold), so the live resources of a round are
+    # those of the round before still above it: filtered, not found again among all
+    # resources (98,304 at 16k GPUs, some 85 rounds for an ECMP baseline).
+    live = np.flatnonzero(active_weight > threshold)
     while rows.size:
-        live = np.flatnonzero(active_weight > threshold)
+        live = live[active_weight[live] > threshold]
         headroom = np.maximum(capacity[live] - frozen_load[live], 0.0)
         reach = headroom / active_weight[live]
         if not reach.size:  # cannot happen while a flow is active; a guard
