@@ -423,3 +423,47 @@ def test_a_full_dump_reads_back() -> None:
         assert CommunicatorSpec.model_validate(spec.model_dump()) == spec
     with pytest.raises(ValueError, match="'trees' applies to pattern tree"):
         CommunicatorSpec(id="r", pattern="ring", trees=1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), min_size=1, max_size=30),
+    st.booleans(),
+    st.integers(1, 8),
+)
+def test_explicit_connections_checked_in_bulk_find_what_the_pair_checks_find(
+    connections: list[tuple[int, int]], subset: bool, host_count: int
+) -> None:
+    """The bulk check of explicit connections (``solver.jobs._connections_fit``) only lets
+    through what the per-pair checks find nothing in: the same problems, in the same order,
+    with it and without it (ranks out of range, outside the subset, pairs on one host)."""
+    import solver.jobs as jobs_module
+    from solver.jobs import find_job_problems
+
+    fabric = RAIL_FABRICS[2]
+    conns = [{"src_rank": a, "dst_rank": b} for a, b in connections if a != b]
+    if not conns:
+        return
+    comm: dict[str, Any] = {"pattern": "explicit", "connections": conns}
+    if subset and host_count > 1:
+        comm["ranks"] = list(range(0, 2 * host_count, 2))
+    jobs = jobs_of(job(hosts(fabric, host_count), **comm))
+    found = list(find_job_problems(fabric, jobs))
+    original = jobs_module._connections_fit
+    try:
+        jobs_module._connections_fit = lambda comm, ranks: False
+        expected = list(find_job_problems(fabric, jobs))
+    finally:
+        jobs_module._connections_fit = original
+    assert found == expected
+    if "ranks" not in comm:  # over all ranks, the bulk check is exact: taken when nothing is wrong
+        spec, ranks = jobs.jobs[0].communicators[0], checked_or_none(fabric, jobs)
+        assert (ranks is not None and original(spec, ranks)) == (not found)
+
+
+def checked_or_none(fabric: Fabric, jobs: JobsFile) -> list[Any] | None:
+    from solver.jobs import _placement
+
+    problems: list[tuple[str, str]] = []
+    ranks = _placement(fabric, jobs.jobs[0], "jobs[0]", problems)
+    return None if problems else ranks
