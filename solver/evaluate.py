@@ -339,7 +339,8 @@ def _pair_result(
     Why: a frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``
     (the class's own refuses), 1.9 us for these eight; one ``dict.update`` is 0.8 us, and
     ``c4p plan`` makes one per rank pair twice (ECMP's and the plan's evaluation: 32,768 at
-    16k GPUs)."""
+    16k GPUs). The price: the instance holds a dict of its own (184 bytes more than the
+    constructor's inline values, some 6 MB at 16k GPUs; attribute reads ~10% slower)."""
     pair: PairResult = object.__new__(PairResult)
     pair.__dict__.update(
         job=job,

@@ -289,7 +289,8 @@ def _rank_nic(
     fields in the instance's ``__dict__`` in field order (no ``__post_init__``; the tests hold
     the two to each other). Why: a frozen dataclass's ``__init__`` sets each field through
     ``object.__setattr__``, 1.9 us for these seven against 0.9, and the jobs check places
-    every rank (16,384 at 16k GPUs)."""
+    every rank (16,384 at 16k GPUs). The price: the instance holds a dict of its own (some
+    180 bytes more than the constructor's inline values; attribute reads ~10% slower)."""
     placed: RankNic = object.__new__(RankNic)
     placed.__dict__.update(
         rank=rank, host=host, nic=nic, rail=rail, ports=ports, where=where, line_rate=rate
