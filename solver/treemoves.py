@@ -144,19 +144,18 @@ def _relieve(
     as they were when this returns, but for the chain made."""
     queue: deque[tuple[tuple[int, ...], Chain, int]] = deque((p, c, 0) for p, c in starts)
     done: set[tuple[int, ...]] = set()
-    links: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
     on: Chain = []  # the moves on the loads now: each chain popped shifts them to its own
     try:
         while queue:
             pending, chain, price = queue.popleft()
-            if len(chain) > DEPTH:
-                continue
-            _shift(state, on, chain, links)
+            if len(chain) > DEPTH or (len(pending) == 1 and chain and pending in done):
+                continue  # one link left over by the chain's last move is over after it
+            _shift(state, on, chain)
             on = chain
             count, room = state.count, state.rooms
             pending = tuple(r for r in pending if count[r] > room[r])
             if not pending:
-                _shift(state, on, [], links)
+                _shift(state, on, [])
                 on = []
                 state.make(chain)
                 return chain, price
@@ -181,7 +180,7 @@ def _relieve(
                     cost = -1 if k == back else step
                     if price + max(cost, 0) >= budget:
                         continue
-                    nxt = tuple(sorted(set(rest) | set(new)))
+                    nxt = tuple(sorted(set(rest) | set(new))) if rest else new
                     if nxt in done:
                         continue
                     item = (nxt, [*chain, (g, k)], price + cost)
@@ -191,32 +190,24 @@ def _relieve(
                         queue.append(item)
         return None
     finally:
-        _shift(state, on, [], links)
+        _shift(state, on, [])
 
 
-def _shift(
-    state: Counts,
-    was: Chain,
-    now: Chain,
-    links: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]],
-) -> None:
+def _shift(state: Counts, was: Chain, now: Chain) -> None:
     """The loads from chain ``was``'s moves to chain ``now``'s (on the loads only, not made):
     the moves after the two chains' common start undone and done. A search pops chains that
     mostly share all but their last move, so a step shifts one or two moves' links, not every
-    move of both chains; ``links`` keeps each move's links (left, taken) for the search."""
+    move of both chains; each move's links are remembered (:meth:`Counts.move`)."""
     same = 0
     for a, b in zip(was, now, strict=False):
         if a != b:
             break
         same += 1
-    for move in reversed(was[same:]):
-        gone, taken = links[move]
-        state.apply(gone, taken, -1)
-    for move in now[same:]:
-        got = links.get(move)
-        if got is None:
-            got = links[move] = (state.held(move[0]), state.taken(*move))
-        state.apply(got[0], got[1], 1)
+    move, apply = state.move, state.apply
+    for f, k in reversed(was[same:]):
+        apply(*move(f, k), -1)
+    for f, k in now[same:]:
+        apply(*move(f, k), 1)
 
 
 def _place(state: Counts, f: int, deadline: float, two: bool = False) -> int | None:

@@ -353,22 +353,37 @@ def test_a_chain_step_read_off_the_layers_equals_the_grouped_per_option_counts(
     state.prior = np.where(rng.random(n) < 0.5, (rng.random(n) * width).astype(np.int64), -1)
     for f in range(n):
         assert state.escapes(f) == _escapes_by_blocked(state, f), f
+    asked = rng.choice(np.flatnonzero(ok), 20).tolist()  # some users found before flows move
+    _users_are_the_paths(state, asked)
     # The fullness bits are kept as loads change: flows take other options (set) and chains
     # are priced on the loads only (apply), then checked against loads counted afresh.
     for _ in range(30):
         f = int(rng.integers(n))
         state.set(f, int(rng.integers(-1, width[f])))
+    _users_are_the_paths(state, asked + rng.choice(np.flatnonzero(ok), 20).tolist())
+    for f in range(n):  # a move's links: what it leaves and takes, without what both use
+        k = int(rng.integers(width[f]))
+        left, taken = set(state.held(f)), set(state.taken(f, k))
+        assert state.move(f, k) == (
+            tuple(r for r in state.held(f) if r not in taken),
+            tuple(r for r in state.taken(f, k) if r not in left),
+        )
     links = rng.choice(np.flatnonzero(ok), 12)
     state.apply(tuple(links[:6].tolist()), tuple(links[6:].tolist()), 1)
     counted = np.zeros_like(state.load)
     np.add.at(counted, state.path.ravel(), 1)
     counted[state.pad] = 0
+    assert state.load.tolist() == counted.tolist()  # the array is kept by set, not by apply
     np.subtract.at(counted, links[:6], 1)
     np.add.at(counted, links[6:], 1)
-    assert state.load.tolist() == counted.tolist() == state.count
+    assert counted.tolist() == state.count
+    kept = state.load.copy()
+    state.load[:] = counted  # the reference counts per option on the loads the search sees
     for f in range(n):
         assert state.escapes(f) == _escapes_by_blocked(state, f), f
+    state.load[:] = kept
     state.apply(tuple(links[:6].tolist()), tuple(links[6:].tolist()), -1)
+    assert state.count == state.load.tolist()
     for f in range(n):
         assert state.escapes(f) == _escapes_by_blocked(state, f), f
     # A chain search shifts its chains' moves on and off the loads: after it, found or not,
@@ -384,3 +399,11 @@ def test_a_chain_step_read_off_the_layers_equals_the_grouped_per_option_counts(
         assert state.count == counted.tolist() == state.load.tolist()
         for f in range(n):
             assert state.escapes(f) == _escapes_by_blocked(state, f), f
+    _users_are_the_paths(state, np.flatnonzero(ok).tolist())
+
+
+def _users_are_the_paths(state: Counts, links: list[int]) -> None:
+    """Counts.on (found once per link, then kept by set) names exactly the flows whose
+    current path holds the link."""
+    for r in links:
+        assert state.on(r) == set(np.flatnonzero((state.path == r).any(axis=1)).tolist()), r
