@@ -41,11 +41,14 @@ for a flow, the one-link orders run (and the degraded colouring behind them).
 
 **Measured** (3-tier 4,096 GPUs, shuffled ring, light uplink down): one-link chains alone place
 the three displaced flows moving 12 others (15 in all, as the generic repair); with two-link
-options 13 (the minimum is 12), in 1,452 chain steps (:meth:`solver.treecounts.Counts.escapes`).
+options 13 (the minimum is 12), in 1,201 chain steps (:meth:`solver.treecounts.Counts.escapes`).
 Until the tenth pass the one-link run came first and the two-link one was a second run from
 the start (2,470 steps), each step gathered and packed the loads of a flow's links, and each
-chain priced was put on the loads and taken off whole: the repair took 0.14-0.3 s, now
-0.08-0.11 s, the same 13 moves (side by side, loaded machine). Before the steps were read
+chain priced was put on the loads and taken off whole: the repair took 0.14-0.3 s. The
+tenth pass made it 0.08-0.11 s (1,452 steps); the eleventh remembered each move's links,
+found a link's flows without numpy and probed a two-link option's second link first: the
+whole re-plan 0.096-0.136 s -> 0.080-0.081 s, the same 13 moves (side by side, loaded
+machine). Before the steps were read
 off the layers as bits, it took 0.44-0.57 s and, cut by :data:`REPAIR_SECONDS`, ended at 15
 moves in some runs. Over eight light-uplink cases (2,048 and 4,096 GPUs, four seeds) the
 two-link options moved fewer in four (10 to 9, 13 to 10, 15 to 13, 12 to 10) and never more.
