@@ -33,7 +33,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from solver.errors import JobError
-from solver.flows import Communicator, Connection, Flow, Workload
+from solver.flows import (
+    Communicator,
+    Connection,
+    Flow,
+    Workload,
+    make_connection,
+    make_flow,
+)
 from solver.jobs import (
     Collective,
     CommunicatorSpec,
@@ -86,7 +93,14 @@ def _groups(members: list[RankNic], layout: Layout) -> list[list[RankNic]]:
     return [by_rail[rail] for rail in sorted(by_rail)]
 
 
-def _ring(members: list[RankNic], spec: CommunicatorSpec) -> Iterator[Edge]:
+EdgeFields = tuple[RankNic, RankNic, int, int, int | None, float | None]
+"""An :class:`Edge`'s fields as a plain tuple, in field order: ``(src, dst, tree, pairs, qps,
+rate)``. Why: :func:`derive_workload` reads each pair's fields once and keeps no edge, so the
+patterns yield tuples (some 60 ns each) and only :func:`pattern_edges` makes ``Edge`` records
+of them (1 us each; a 16k-GPU ring or shuffled ring opens 16,384 pairs)."""
+
+
+def _ring(members: list[RankNic], spec: CommunicatorSpec) -> Iterator[EdgeFields]:
     closing = spec.collective is not Collective.BROADCAST
     for group in _groups(members, spec.ring):
         m = len(group)
@@ -94,12 +108,12 @@ def _ring(members: list[RankNic], spec: CommunicatorSpec) -> Iterator[Edge]:
             continue
         hops = range(m) if closing and m > 2 else range(m - 1)
         for i in hops:
-            yield _edge(group[i], group[(i + 1) % m], 0, 1, None, None)
+            yield (group[i], group[(i + 1) % m], 0, 1, None, None)
         if closing and m == 2:
-            yield _edge(group[1], group[0], 0, 1, None, None)
+            yield (group[1], group[0], 0, 1, None, None)
 
 
-def _tree(members: list[RankNic], spec: CommunicatorSpec) -> Iterator[Edge]:
+def _tree(members: list[RankNic], spec: CommunicatorSpec) -> Iterator[EdgeFields]:
     both = spec.collective is not Collective.BROADCAST
     for group in _groups(members, spec.ring):
         for t in range(spec.trees):
@@ -107,11 +121,11 @@ def _tree(members: list[RankNic], spec: CommunicatorSpec) -> Iterator[Edge]:
             for i in range(1, len(order)):
                 parent, child = order[(i - 1) // 2], order[i]
                 if both:
-                    yield _edge(child, parent, t, 1, None, None)
-                yield _edge(parent, child, t, 1, None, None)
+                    yield (child, parent, t, 1, None, None)
+                yield (parent, child, t, 1, None, None)
 
 
-def _all_to_all(members: list[RankNic], spec: CommunicatorSpec) -> Iterator[Edge]:
+def _all_to_all(members: list[RankNic], spec: CommunicatorSpec) -> Iterator[EdgeFields]:
     per_host: dict[str, int] = {}
     for r in members:
         per_host[r.host] = per_host.get(r.host, 0) + 1
@@ -119,16 +133,16 @@ def _all_to_all(members: list[RankNic], spec: CommunicatorSpec) -> Iterator[Edge
         for b in members:
             if a.host == b.host or (spec.rail_only and a.rail != b.rail):
                 continue
-            yield _edge(a, b, 0, per_host[a.host] if spec.rail_only else 1, None, None)
+            yield (a, b, 0, per_host[a.host] if spec.rail_only else 1, None, None)
 
 
-def _explicit(ranks: tuple[RankNic, ...], spec: CommunicatorSpec) -> Iterator[Edge]:
+def _explicit(ranks: tuple[RankNic, ...], spec: CommunicatorSpec) -> Iterator[EdgeFields]:
     for c in spec.connections:
-        yield _edge(ranks[c.src_rank], ranks[c.dst_rank], 0, 1, c.qps, c.rate)
+        yield (ranks[c.src_rank], ranks[c.dst_rank], 0, 1, c.qps, c.rate)
 
 
-def pattern_edges(ranks: tuple[RankNic, ...], spec: CommunicatorSpec) -> list[Edge]:
-    """The directed rank pairs a communicator opens, NVLink hops (same host) left out."""
+def _pattern_fields(ranks: tuple[RankNic, ...], spec: CommunicatorSpec) -> list[EdgeFields]:
+    """:func:`pattern_edges` as field tuples (:data:`EdgeFields`)."""
     members = list(ranks) if spec.ranks is None else [ranks[r] for r in spec.ranks]
     if spec.pattern is Pattern.RING:
         edges = _ring(members, spec)
@@ -138,7 +152,12 @@ def pattern_edges(ranks: tuple[RankNic, ...], spec: CommunicatorSpec) -> list[Ed
         edges = _all_to_all(members, spec)
     else:
         edges = _explicit(ranks, spec)
-    return [e for e in edges if e.src.host != e.dst.host]
+    return [e for e in edges if e[0].host != e[1].host]
+
+
+def pattern_edges(ranks: tuple[RankNic, ...], spec: CommunicatorSpec) -> list[Edge]:
+    """The directed rank pairs a communicator opens, NVLink hops (same host) left out."""
+    return [_edge(*fields) for fields in _pattern_fields(ranks, spec)]
 
 
 def _flow_count(ranks: tuple[RankNic, ...], spec: CommunicatorSpec) -> int:
@@ -191,31 +210,29 @@ def derive_workload(fabric: Fabric, jobs: JobsFile, source: str | None = None) -
         job_id = job.id
         for spec in job.communicators:
             communicators.append(_communicator(fabric, job, spec, ranks))
-            edges = pattern_edges(ranks, spec)
+            edges = _pattern_fields(ranks, spec)
             spec_id, spec_qps, spec_rate = spec.id, spec.qps_per_connection, spec.rate
             index = 0
             trees = spec.trees if spec.pattern is Pattern.TREE else 1
             for tree in range(trees):
                 # One tree (every pattern but trees): all edges, without a filter per channel.
-                in_tree = edges if trees == 1 else [e for e in edges if e.tree == tree]
+                in_tree = edges if trees == 1 else [e for e in edges if e[2] == tree]
                 for c in range(spec.channels):
                     channel = tree * spec.channels + c
-                    for edge in in_tree:
-                        src, dst = edge.src, edge.dst
-                        qps = edge.qps or spec_qps
-                        rate = edge.rate or spec_rate
+                    for src, dst, _, pairs, edge_qps, edge_rate in in_tree:
+                        qps = edge_qps or spec_qps
+                        rate = edge_rate or spec_rate
                         add_connection(
-                            Connection(
+                            make_connection(
                                 job_id, spec_id, index, src.rank, dst.rank, channel,
-                                src.host, src.nic, dst.host, dst.nic,
-                                qps=qps, pairs=edge.pairs, tree=tree,
+                                src.host, src.nic, dst.host, dst.nic, qps, pairs, tree,
                             )
                         )  # fmt: skip
                         src_ports, dst_ports = src.ports, dst.ports
                         for q in range(qps):
                             g = channel * qps + q
                             add_flow(
-                                Flow(
+                                make_flow(
                                     job_id, spec_id, index, q,
                                     src_ports[g % len(src_ports)],
                                     dst_ports[g % len(dst_ports)],

@@ -466,3 +466,171 @@ def test_port_infos_are_built_as_their_constructor_builds_them() -> None:
         assert _port_info(p.host, p.nic, p.port, 1, 2, 3) == PortInfo(
             p.host, p.nic, p.port, 1, 2, 3
         )
+
+
+# -- the workload's records and their derivation -----------------------------------------------
+
+
+def _same_slotted(fast: object, ref: object) -> None:
+    """:func:`_same_record` for a slotted dataclass (no instance dictionary)."""
+    import copy
+    import dataclasses
+    import pickle
+
+    assert type(fast) is type(ref) and not hasattr(fast, "__dict__")
+    names = [f.name for f in dataclasses.fields(ref)]  # type: ignore[arg-type]
+    assert [getattr(fast, n) for n in names] == [getattr(ref, n) for n in names]
+    assert [type(getattr(fast, n)) for n in names] == [type(getattr(ref, n)) for n in names]
+    assert fast == ref and hash(fast) == hash(ref) and repr(fast) == repr(ref)
+    assert pickle.loads(pickle.dumps(fast)) == ref and copy.copy(fast) == ref
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.job = "other"  # type: ignore[attr-defined]
+
+
+_texts = st.text(max_size=6)
+
+
+@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.given(
+    st.tuples(_texts, _texts, st.integers(0, 10**6), st.integers(0, 64), _texts, _texts),
+    st.one_of(st.floats(allow_nan=False), st.integers(-3, 3), st.just(math.nan)),
+    st.tuples(st.integers(0, 10**5), st.integers(0, 10**5), st.integers(0, 64)),
+    st.tuples(_texts, _texts, _texts, _texts),
+    st.tuples(st.integers(1, 16), st.integers(1, 8), st.integers(0, 1)),
+)
+def test_flows_and_connections_are_built_as_their_constructors_build_them(
+    flow: tuple[str, str, int, int, str, str],
+    rate: float,
+    ranks: tuple[int, int, int],
+    where: tuple[str, str, str, str],
+    counts: tuple[int, int, int],
+) -> None:
+    """``make_flow`` and ``make_connection`` set each slot without the frozen dataclasses'
+    ``__init__``: the same objects in every way, and a rate that is not ``> 0`` (zero,
+    negative, NaN) refused with the constructor's own error."""
+    from solver.flows import Connection, Flow, make_connection, make_flow
+
+    if rate > 0:
+        _same_slotted(make_flow(*flow, rate), Flow(*flow, rate))
+    else:
+        with pytest.raises(ValueError) as want:
+            Flow(*flow, rate)
+        with pytest.raises(ValueError) as got:
+            make_flow(*flow, rate)
+        assert str(got.value) == str(want.value)
+    job, comm, index, _, _, _ = flow
+    qps, pairs, tree = counts
+    fields = (job, comm, index, *ranks, *where)
+    ref = Connection(*fields, qps=qps, pairs=pairs, tree=tree)
+    _same_slotted(make_connection(*fields, qps, pairs, tree), ref)
+    _same_slotted(make_connection(*fields, 1, 1, 0), Connection(*fields))  # the defaults
+
+
+def reference_workload(fabric: Fabric, jobs: Any) -> Workload:
+    """``derive_workload`` as it was: ``Edge`` records from ``pattern_edges``, each connection
+    and flow made by its constructor."""
+    from solver.flows import Connection, Flow
+    from solver.jobs import Pattern
+    from solver.patterns import _communicator, pattern_edges
+
+    flows: list[Flow] = []
+    connections: list[Connection] = []
+    communicators = []
+    for job, ranks in zip(jobs.jobs, checked_placements(fabric, jobs), strict=True):
+        for spec in job.communicators:
+            communicators.append(_communicator(fabric, job, spec, ranks))
+            edges = pattern_edges(ranks, spec)
+            index = 0
+            trees = spec.trees if spec.pattern is Pattern.TREE else 1
+            for tree in range(trees):
+                for c in range(spec.channels):
+                    channel = tree * spec.channels + c
+                    for e in [e for e in edges if e.tree == tree]:
+                        qps, rate = e.qps or spec.qps_per_connection, e.rate or spec.rate
+                        connections.append(
+                            Connection(
+                                job.id, spec.id, index, e.src.rank, e.dst.rank, channel,
+                                e.src.host, e.src.nic, e.dst.host, e.dst.nic,
+                                qps=qps, pairs=e.pairs, tree=tree,
+                            )
+                        )  # fmt: skip
+                        for q in range(qps):
+                            g = channel * qps + q
+                            src = e.src.ports[g % len(e.src.ports)]
+                            dst = e.dst.ports[g % len(e.dst.ports)]
+                            flows.append(Flow(job.id, spec.id, index, q, src, dst, rate))
+                        index += 1
+    return Workload.build(flows, connections, communicators)
+
+
+def _explicit_jobs(fabric: Fabric, data: st.DataObject) -> Any:
+    """One job over two or three hosts, one explicit communicator of random rank pairs on
+    different hosts, some with their own QPs and rate, over all ranks or a subset."""
+    from solver.jobs import JobsFile
+
+    hosts = data.draw(
+        st.lists(st.sampled_from([h.name for h in fabric.hosts]), min_size=2, max_size=3,
+                 unique=True)
+    )  # fmt: skip
+    per_host = {h.name: len(h.nics) for h in fabric.hosts}
+    host_of = [h for h in hosts for _ in range(per_host[h])]
+    pairs = [(a, b) for a in range(len(host_of)) for b in range(len(host_of))
+             if host_of[a] != host_of[b]]  # fmt: skip
+    chosen = data.draw(st.lists(st.sampled_from(pairs), min_size=1, max_size=8))
+    connections = []
+    for a, b in chosen:
+        conn: dict[str, Any] = {"src_rank": a, "dst_rank": b}
+        if data.draw(st.booleans()):
+            conn["qps"] = data.draw(st.integers(1, 3))
+        if data.draw(st.booleans()):
+            conn["rate"] = data.draw(st.sampled_from([0.25, 2.0, 3.5]))
+        connections.append(conn)
+    comm: dict[str, Any] = {
+        "id": "x", "pattern": "explicit", "connections": connections,
+        "channels": data.draw(st.integers(1, 2)),
+        "qps_per_connection": data.draw(st.integers(1, 3)),
+        "rate": data.draw(st.sampled_from([1.0, 0.5])),
+    }  # fmt: skip
+    if data.draw(st.booleans()):
+        comm["ranks"] = sorted({r for pair in chosen for r in pair} | {0, len(host_of) - 1})
+    return JobsFile.model_validate({"jobs": [{"id": "j", "hosts": hosts, "communicators": [comm]}]})
+
+
+@hypothesis.settings(
+    max_examples=120, deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow]
+)
+@hypothesis.given(st.data())
+def test_derived_workload_equals_the_record_by_record_reference(data: st.DataObject) -> None:
+    """Every pattern (rings and trees per rail or flat, broadcast, double trees, all-to-all
+    and its rail-only form, explicit pairs with their own QPs and rates, subsets of ranks),
+    channels, QPs per connection and rates, on every fabric kind (dual-port NICs included):
+    the flows, connections, communicators and flow-to-connection links of the reference."""
+    fabric = FABRICS[data.draw(st.sampled_from(sorted(FABRICS)))]
+    if data.draw(st.integers(0, 4)) == 0:
+        jobs = _explicit_jobs(fabric, data)
+    else:
+        pattern = data.draw(st.sampled_from(["ring", "tree", "all-to-all"]))
+        params: dict[str, Any] = {
+            "jobs": data.draw(st.integers(1, 2)), "hosts_per_job": data.draw(st.integers(1, 3)),
+            "pattern": pattern, "placement": data.draw(st.sampled_from(["contiguous", "random"])),
+            "channels": data.draw(st.integers(1, 2)),
+            "qps_per_connection": data.draw(st.integers(1, 3)),
+            "rate": data.draw(st.sampled_from([1.0, 0.5, 2.0])),
+            "seed": data.draw(st.integers(0, 9)),
+        }  # fmt: skip
+        if pattern != "all-to-all":
+            params["ring"] = data.draw(st.sampled_from(["rail", "flat"]))
+            params["collective"] = data.draw(st.sampled_from(["all-reduce", "broadcast"]))
+        if pattern == "tree":
+            params["trees"] = data.draw(st.integers(1, 2))
+        if pattern == "all-to-all":
+            params["rail_only"] = data.draw(st.booleans())
+        hosts = len(fabric.hosts)
+        hypothesis.assume(params["jobs"] * params["hosts_per_job"] <= hosts)
+        jobs = generate_jobs(fabric, JobsGenParams.model_validate(params))
+    got, want = derive_workload(fabric, jobs), reference_workload(fabric, jobs)
+    assert got.flows == want.flows and got.connections == want.connections
+    assert got.communicators == want.communicators
+    assert got.flow_connection.tolist() == want.flow_connection.tolist()
+    assert [type(f) for f in got.flows] == [type(f) for f in want.flows]
+    assert len(got.flows) >= len(got.connections)
