@@ -634,3 +634,50 @@ def test_derived_workload_equals_the_record_by_record_reference(data: st.DataObj
     assert got.flow_connection.tolist() == want.flow_connection.tolist()
     assert [type(f) for f in got.flows] == [type(f) for f in want.flows]
     assert len(got.flows) >= len(got.connections)
+
+
+def reference_nics_of_host(
+    fabric: Fabric,
+) -> dict[str, dict[str, tuple[int, tuple[str, ...], Any]]]:
+    """Host -> NIC -> (rail, port nodes, line rate) port by port, as ``_nics_of_host`` read
+    them before it went NIC by NIC."""
+    index = fabric.index
+    names = index.node_names
+    found: dict[str, dict[str, tuple[int, tuple[str, ...], Any]]] = {}
+    for port in index.ports:
+        nics = found.setdefault(port.host.name, {})
+        rail, ports, rate = nics.get(port.nic.name, (port.rail, (), 0))
+        if index.out_resources[port.node]:
+            rate += index.line_rate(port.node)
+        nics[port.nic.name] = (rail, (*ports, names[port.node]), rate)
+    for host in fabric.hosts:
+        found.setdefault(host.name, {})
+    return found
+
+
+@pytest.mark.parametrize("name", list(FABRICS))
+@pytest.mark.parametrize("cut", [0, 1, 3])
+def test_nics_of_host_equal_the_port_by_port_reference(name: str, cut: int) -> None:
+    """With every port cabled, and with every or every third host link left out (NICs with
+    no cabled port, or one of two): the same rails, port nodes, line rates and their types
+    (an uncabled NIC's rate is the integer 0), in the same orders."""
+    from solver.jobs import _nics_of_host
+
+    # Host links of four speeds (a NIC's rate is its ports' sum), some of them left out.
+    data = FABRICS[name].model_dump()
+    hosts = {h["name"] for h in data["hosts"]}
+    on_host = [i for i, link in enumerate(data["links"])
+               if {link["a"].partition(":")[0], link["b"].partition(":")[0]} & hosts]  # fmt: skip
+    for k, i in enumerate(on_host):
+        data["links"][i]["speed_gbps"] = [100.0, 200.0, 400.0, 25.0][k % 4]
+    dropped = set(on_host[::cut]) if cut else set()
+    data["links"] = [link for i, link in enumerate(data["links"]) if i not in dropped]
+    fabric = Fabric.model_validate(data)
+    got, want = _nics_of_host(fabric), reference_nics_of_host(fabric)
+    assert got == want and list(got) == list(want)
+    for host, nics in want.items():
+        assert list(got[host]) == list(nics)
+        for nic, (_, _, rate) in nics.items():
+            assert type(got[host][nic][2]) is type(rate)
+    if cut:  # some NIC lost a port's speed, or all of it
+        assert got != _nics_of_host(FABRICS[name])
