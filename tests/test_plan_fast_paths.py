@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -307,6 +308,50 @@ def test_a_fresh_plan_never_loads_the_replanning_modules() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
     )
     assert run.stdout.split("\n")[:2] == ["[]", "True"], run.stdout
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads read from /proc")
+def test_a_plan_starts_no_blas_worker_unless_asked(tmp_path: Path) -> None:
+    """One-shot commands start numpy's BLAS with one thread (``c4p.cli._one_blas_thread``):
+    a plan through the entry point ends with the process's one thread, and its plan file is
+    byte for byte the plan made with two BLAS threads asked for, which the command leaves as
+    asked (no plan calls BLAS, so the threads can change nothing but the CPU spent)."""
+    from c4p.files import save_fabric, save_model
+
+    fabric = FABRICS["fat-tree"]
+    save_fabric(fabric, tmp_path / "fabric.json")
+    save_model(permutation_jobs(qps=2, seed=0)(fabric), tmp_path / "jobs.json")
+    script = (
+        "import os, sys\n"
+        "import c4p.cli as cli\n"
+        "def done(code):\n"
+        "    print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'),"
+        " code, flush=True)\n"
+        "    os._exit(0)\n"
+        "cli._exit_at_once = done\n"
+        "sys.argv = ['c4p', *sys.argv[1:]]\n"
+        "cli.main()\n"
+    )
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+    }
+    outputs = []
+    for asked in (None, "2"):
+        out = tmp_path / f"plan-{asked}.json"
+        run = subprocess.run(
+            [sys.executable, "-c", script, "plan", "--fabric", str(tmp_path / "fabric.json"),
+             "--jobs", str(tmp_path / "jobs.json"), "-o", str(out), "--json", "-"],
+            capture_output=True, text=True, timeout=120, check=True,
+            env=env | ({"OPENBLAS_NUM_THREADS": asked} if asked else {}),
+        )  # fmt: skip
+        threads, value, code = run.stdout.strip().splitlines()[-1].split()
+        assert code == "0", run.stderr
+        if asked is None:
+            assert (threads, value) == ("1", "1")
+        else:
+            assert value == asked and (int(threads) == 2 or (os.cpu_count() or 1) < 2)
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1] and outputs[0]
 
 
 def test_bad_input_is_one_line_and_exit_2_through_the_entry_point(tmp_path: Path) -> None:

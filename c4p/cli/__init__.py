@@ -136,6 +136,7 @@ def main() -> None:
     if only not in ONE_SHOT:
         build_app(only)(prog_name="c4p")
         return
+    _one_blas_thread()
     # A command that reads files, computes and exits builds long-lived data only (imports
     # included); the cycle collector would walk that growing heap every 700 allocations, and
     # once more at exit (a third of a second after a 16k-GPU plan): frozen objects it skips.
@@ -147,6 +148,20 @@ def main() -> None:
         _exit_at_once(done.code)
     finally:
         gc.freeze()
+
+
+def _one_blas_thread() -> None:
+    """Start numpy's BLAS (OpenBLAS) with one thread, unless the user chose otherwise.
+
+    Why: OpenBLAS starts a worker per core when numpy is imported, and the worker spins for
+    about a tenth of a second waiting for work before it sleeps (0.11 s of CPU in every
+    ``c4p plan``, measured per thread in ``/proc``). No one-shot command calls BLAS (the
+    planner's objective sums squares without ``np.dot`` for this reason, see
+    :mod:`solver.problem`), so the worker only ever spins; on a 2-core host whose other core
+    is busy, that spin takes its time from the command. Set before numpy is first imported
+    (the command's own modules import it), which is the only time OpenBLAS reads it."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _exit_at_once(code: object) -> None:
