@@ -127,9 +127,11 @@ class FabricIndex:
         # the node.
         ends: list[str] = list(chain.from_iterable(map(_LINK_ENDS, links)))
         split = list(map(str.partition, ends, repeat(":", len(ends))))
-        found = list(map(node_of.get, ends, repeat(-1, len(ends))))
-        devices = list(map(node_of.get, map(_DEVICE, split), repeat(-1, len(ends))))
-        nodes = np.where(np.array(found, dtype=np.int64) >= 0, found, devices).astype(np.int64)
+        # Each column read into an array once (``np.where`` of the lists made three).
+        count = len(ends)
+        found = np.fromiter(map(node_of.get, ends, repeat(-1, count)), np.int64, count)
+        devices = map(node_of.get, map(_DEVICE, split), repeat(-1, count))
+        nodes = np.where(found >= 0, found, np.fromiter(devices, np.int64, count))
         if check:
             _check_nodes(ends, nodes, len(node_of), self.num_switches)
         elif ends and int(nodes.min()) < 0:  # an unsound fabric: the first unknown device
