@@ -61,9 +61,9 @@ MAX_GENERATED = 1_500_000
 2.6 GB); beyond it no model is built."""
 
 
-def _options(problem: Problem, flows: IntArray, prior: IntArray, shape: FatTreeShape) -> tuple[
-    IntArray, IntArray, IntArray, IntArray
-]:  # fmt: skip
+def previous_options(
+    problem: Problem, flows: IntArray, prior: IntArray, shape: FatTreeShape
+) -> tuple[IntArray, IntArray, IntArray, IntArray]:
     """Source and destination leaf of each flow, and its previous agg index and core (``-1``
     where it had none, and core ``-1`` within a pod), read off its previous candidate."""
     leaves = problem.pair_leaves[problem.pair[flows]]
@@ -104,8 +104,8 @@ def tree_moves_bound(
         return TreeBound(None, "fat-tree moves bound: a flow without a switch path, not computed")
     from ortools.linear_solver import pywraplp
 
-    cap = _capacities(problem, float(weights[0]), z)
-    s, t, agg, core = _options(problem, flows, prior, shape)
+    cap = capacities(problem, float(weights[0]), z)
+    s, t, agg, core = previous_options(problem, flows, prior, shape)
     forced = int(np.count_nonzero(prior == -1))
     had = prior >= 0
     a_count = shape.aggs
@@ -265,7 +265,7 @@ def _siblings(shape: FatTreeShape, over: dict[int, float]) -> list[int]:
     return [int(r) for r in out]
 
 
-def _capacities(problem: Problem, w: float, z: float) -> IntArray:
+def capacities(problem: Problem, w: float, z: float) -> IntArray:
     """Flows of weight ``w`` each switch resource may carry at ``z`` (0 where unusable)."""
     limit = z * (1 + TOLERANCE) + TOLERANCE
     scale = problem.scale[:-1]

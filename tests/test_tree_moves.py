@@ -407,3 +407,64 @@ def _users_are_the_paths(state: Counts, links: list[int]) -> None:
     current path holds the link."""
     for r in links:
         assert state.on(r) == set(np.flatnonzero((state.path == r).any(axis=1)).tolist()), r
+
+
+def test_fewest_moves_within_some_leaves_is_a_plan_between_the_bound_and_the_replan() -> None:
+    """solver.treewithin on a 2,048-GPU fat-tree that lost its lightest leaf uplink: with the
+    ends of the re-plan's moved flows and the leaves of the pod holding most of them free,
+    the plan returned keeps every other flow on its previous path, puts no switch link over
+    the re-plan's utilization (loads summed from the candidates' own links), moves no fewer
+    flows than the fat-tree moves bound and no more than the re-plan (whose plan is one of
+    those it chooses from); with no leaves free only the displaced flows move, and nothing
+    short of the bound is returned."""
+    from c4p.bench import permutation_jobs
+    from c4p.bench_failures import failures
+    from solver.incremental import match_previous
+    from solver.patterns import derive_workload
+    from solver.planner import flow_weights
+    from solver.problem import build_problem
+    from solver.treefewest import previous_options, tree_moves_bound
+    from solver.treewithin import fewest_within
+    from topology.generators import sized_for_gpus
+
+    fabric = sized_for_gpus("fat-tree", 2048)
+    workload = derive_workload(fabric, permutation_jobs(2, seed=3)(fabric))
+    healthy = plan(fabric, workload, budget=10)
+    snapshot = fabric.with_link_status(failures(fabric, healthy)["uplink (light)"])
+    again = plan(snapshot, workload, healthy, budget=10)
+    shape = analyse(snapshot, ignore_status=True)
+    assert not isinstance(shape, str)
+    problem = build_problem(snapshot, *flow_weights(workload), healthy.candidates)
+    prior = match_previous(problem, healthy.flows, healthy.paths, healthy.snapshot)
+    now = match_previous(problem, again.flows, again.paths, again.snapshot)
+    z = float(again.objective.max_utilization)
+    checked = 0
+    for members in problem.component_flows():
+        mine = np.where(prior.had[members], prior.choice[members], -2)
+        if not np.any(mine == -1):
+            continue
+        chosen = now.choice[members]
+        replan_moves = int(np.count_nonzero((mine != -2) & (chosen != mine)))
+        bound, note, _ = tree_moves_bound(problem, members, mine, shape, z, 120)
+        assert bound is not None, note
+        s, t, _, _ = previous_options(problem, members, mine, shape)
+        ends = np.union1d(s[chosen != mine], t[chosen != mine])
+        pods, counts = np.unique(shape.pod[ends], return_counts=True)
+        pod_leaves = np.flatnonzero(shape.is_leaf & (shape.pod == pods[np.argmax(counts)]))
+        for leaves in (np.union1d(ends, pod_leaves), np.array([], dtype=np.int64)):
+            found = fewest_within(problem, members, mine, shape, z, leaves, 120)
+            if found is None:
+                assert not len(leaves)  # the neighbourhood holds the re-plan's own plan
+                continue
+            free = np.isin(s, leaves) | np.isin(t, leaves) | (mine < 0)
+            assert np.array_equal(found.choice[~free], mine[~free])
+            load = problem.loads(members, found.choice)
+            assert problem.measure(load).max_utilization <= z * (1 + 1e-9)
+            moved = (mine != -2) & (found.choice != mine)
+            assert found.moves == int(np.count_nonzero(moved))
+            assert bound <= found.moves
+            assert np.all(free[moved])
+            if len(leaves):
+                assert found.moves <= replan_moves
+            checked += 1
+    assert checked >= 1
