@@ -21,11 +21,12 @@ paths: each flow's agg index is read off, and per pod pair and agg index the kep
 their previous cores first and the rest fill the other core counts. The plan built is checked
 against every capacity before it is returned; a fractional answer returns nothing.
 
-Measured (3-tier 16,384 GPUs, a light uplink lost, the re-plan moving 18): the 24 leaves at
-the ends of the re-plan's moved flows, 2,954 flows free: 18 again, integral, in 1.5 s (so a
-better plan moves flows elsewhere). With the 32 leaves of pod 15 added (6,384 flows free):
-**15**, in 3.4 s; pod 0's instead: 16; both: 15 in 9.7 s. Offline figures, for the benchmark:
-far from a re-plan's 500 ms.
+Measured (3-tier 16,384 GPUs, a light uplink lost, the re-plan moving 18; wall time of the
+call, model building included, the other core busy): the 24 leaves at the ends of the
+re-plan's moved flows, 2,954 flows free: 18 again, integral, in 0.9 s (so a better plan moves
+flows elsewhere). With the 32 leaves of pod 15 added (6,384 flows free): **15**, in 3.4 s; pod
+0's instead: 16 (2.8 s); both: 15 (9.9 s). Offline figures, for the benchmark: far from a
+re-plan's 500 ms.
 """
 
 from __future__ import annotations
