@@ -319,13 +319,19 @@ def _fewest_near(
 ) -> int:
     """The fewest moves of the plans that move only flows at the ends of the re-plan's moved
     flows and at the leaves of one more pod (:mod:`solver.treewithin`), for each of the
-    :data:`NEAR_PODS` pods holding most of those ends; ``len(members)`` if none is found."""
+    :data:`NEAR_PODS` pods holding most ends of the displaced flows (then of all moved);
+    ``len(members)`` if none is found."""
     s, t, _, _ = previous_options(problem, members, mine, shape)
     moved = chosen != mine
     ends = np.union1d(s[moved], t[moved])
-    pods, counts = np.unique(shape.pod[ends], return_counts=True)
+    pods = np.arange(shape.pods)
+    lost = mine == -1
+    by_lost = np.bincount(np.concatenate([shape.pod[s[lost]], shape.pod[t[lost]]]),
+                          minlength=shape.pods)  # fmt: skip
+    by_moved = np.bincount(shape.pod[ends], minlength=shape.pods)
+    order = np.lexsort((pods, -by_moved, -by_lost))
     best = len(members)
-    for p in pods[np.lexsort((pods, -counts))][:NEAR_PODS].tolist():
+    for p in order[by_moved[order] > 0][:NEAR_PODS].tolist():
         leaves = np.union1d(ends, np.flatnonzero(shape.is_leaf & (shape.pod == p)))
         found = fewest_within(problem, members, mine, shape, z, leaves, NEAR_SECONDS)
         if found is not None:
@@ -335,7 +341,9 @@ def _fewest_near(
 
 NEAR_PODS = 3
 """Pods tried by :func:`_fewest_near`: at 16,384 GPUs (3-tier light uplink) the re-plan's
-ends lie in 9 pods; with pod 15's leaves free 15 moves (3.4 s), pod 0's 16, neither 18."""
+ends lie in 9 pods; with pod 15's leaves free 15 moves (3.4 s), pod 0's 16, neither 18. By
+the moved flows' ends alone pod 15 came fourth (the ladder's run at `f5f1259`: 13-16); the
+displaced flows' ends (pods 0, 15 and 2) put it second."""
 
 NEAR_SECONDS = 120.0
 """Time for each restricted LP of :func:`_fewest_near` (3-10 s at 16,384 GPUs)."""
