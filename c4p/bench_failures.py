@@ -287,7 +287,7 @@ def least_moves(
             total += moves
             found_total += moves
             continue
-        if not exact:  # no fat-tree, or its LP's rows still being generated when time ran out
+        if not exact:  # no fat-tree, or its LP not solved (to PDLP's tolerance) in the time
             found = fewest_moves(problem, members, mine, z, chosen, time_limit=seconds)
         else:  # its relaxation grows by links on a fat-tree and proves less than ``tree``
             found = FewestMoves(None, None, 0, False, "fat-tree: the aggregated bound instead")
@@ -354,9 +354,8 @@ SEARCH_SECONDS = 20.0
 
 TREE_BOUND_SECONDS = 420.0
 """Time for the fat-tree moves bound's LP (:mod:`solver.treefewest`): 6-150 s at 4,096 GPUs
-on a loaded machine; at 16,384 its agg-core rows are generated, and two rounds take about
-330 s (the light-uplink row: at least 11 after the first, 13 after the second; the rounds
-after that take ten minutes each)."""
+on a loaded machine (HiGHS's simplex); at 16,384, PDLP with every row, about 70 s (the 3-tier
+light uplink: 15, where HiGHS with generated rows reached 13 in this time)."""
 
 
 def _maker(kind: str, gpus: int) -> Callable[[], Fabric]:

@@ -23,11 +23,16 @@ completed. Hence the integer optimum is the fewest moves, and the LP optimum rou
 **lower bound** on it: ``A x pairs + A x G x pod pairs`` variables (about 0.7 million at 16,384
 GPUs, where a path model has 15 million).
 
-**Generated rows.** Over :data:`MAX_VARIABLES` the LP with every row is too hard for HiGHS
-(16,384 GPUs: unsolved after 25 minutes), so its agg-core rows are left out and added back
-round by round where the answer overfills a link (:func:`_generate`). Each round is a
-relaxation of the full LP, so each rounded-up optimum is a bound already; once nothing is
-overfilled the round's answer is feasible for the full LP and so its optimum.
+**Large models by a first-order method.** Over :data:`MAX_VARIABLES` the LP is too hard for
+HiGHS: at 16,384 GPUs (3-tier, light uplink) it was unsolved after 25 minutes with every row,
+and with its agg-core rows generated where an answer overfilled a link it never converged
+(through OR-Tools: 11, 13, 13, then a fourth round unsolved after 4 minutes; through HiGHS's
+own interface, dual simplex warm-started: 11, 12, 13, 14, 14, 14 in six rounds and 6 minutes,
+the seventh unsolved after 9 more). OR-Tools' PDLP solves the LP with every row in about a
+minute (primal and dual objective 12.0000 within 1e-6), but only to a tolerance, so the bound
+is not its objective but the Lagrangian of its duals over the exported model
+(:func:`solver.dualbound.lagrangian_bound`), which holds however rough they are, rounded up:
+there, 15 (the 15-move plan found by :mod:`solver.treewithin` makes it the minimum).
 
 Bound only: the caller has a plan, and an LP answer would still need its cores assigned.
 """
@@ -41,6 +46,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from solver.dualbound import lagrangian_bound, proven_integer_bound
 from solver.fattree import FatTreeShape
 from solver.problem import TOLERANCE, Problem
 from topology.arrays import distinct
@@ -52,13 +58,28 @@ if TYPE_CHECKING:
 __all__ = ["TreeBound", "tree_moves_bound"]
 
 MAX_VARIABLES = 300_000
-"""Largest model solved with every row at once: 3-tier 4,096 GPUs is 134,000 variables (its LP
-6-140 s here); 16,384 GPUs is about 700,000, and HiGHS had not solved that LP after 25
-minutes. Larger models have their agg-core rows generated (see :func:`tree_moves_bound`)."""
+"""Largest model solved by HiGHS's simplex, exactly: 3-tier 4,096 GPUs is 134,000 variables
+(its LP 6-140 s here); 16,384 GPUs is about 780,000, and HiGHS had not solved that LP after 25
+minutes. Larger models go to PDLP (see the module docstring)."""
 
-MAX_GENERATED = 1_500_000
-"""Largest model whose agg-core rows are generated (16,384 GPUs: about 790,000 variables,
-2.6 GB); beyond it no model is built."""
+MAX_FIRST_ORDER = 1_500_000
+"""Largest model given to PDLP (16,384 GPUs, 3-tier: 783,572 variables and 364,169 rows, 71 s
+with the model's building, the whole process peaking at 1.4 GB); beyond it no model is built."""
+
+PDLP_PARAMETERS = (
+    "num_threads: 2 termination_criteria { simple_optimality_criteria {"
+    " eps_optimal_absolute: 1e-6 eps_optimal_relative: 1e-6 } }"
+)
+"""PDLP's settings (a PrimalDualHybridGradientParams text): this machine's two cores, and the
+optimality tolerances of its documented defaults written out, so the bound's distance to the
+LP optimum (far below one move) does not change with a release's defaults."""
+
+
+FIRST_ORDER_GAP = 0.1
+"""How far PDLP's objective may lie from the LP optimum when it reports convergence: its
+tolerance is relative to the objectives, which count every kept flow (up to 32,768 here):
+1e-6 of twice that is 0.066. Used only to say whether a bound is exact (PDLP's objective
+rounds up to it), never in the bound."""
 
 
 def previous_options(
@@ -77,7 +98,7 @@ def previous_options(
 
 class TreeBound(NamedTuple):
     """A lower bound on the fewest moves (``None``: not computed), why, and whether it is the
-    full LP's optimum (``False`` when rows were still being generated when time ran out)."""
+    full LP's optimum rounded up (by PDLP: to its tolerance, see :meth:`_Lp.solve_first_order`)."""
 
     bound: int | None
     note: str
@@ -110,21 +131,23 @@ def tree_moves_bound(
     had = prior >= 0
     a_count = shape.aggs
     pod = shape.pod
-    solver = pywraplp.Solver.CreateSolver("HIGHS_LP")
-    if solver is None:
-        return TreeBound(None, "fat-tree moves bound: no HiGHS in this OR-Tools")
-    solver.SetSolverSpecificParametersAsString("output_flag=false")  # see solver.moves._lp
-    infinity = solver.infinity()
     pairs, pair_of, n = np.unique(np.stack([s, t], axis=1), axis=0, return_inverse=True,
                                   return_counts=True)  # fmt: skip
     pair_of = pair_of.ravel()
     pod_pairs = distinct(pod[pairs[:, 0]] * shape.pods + pod[pairs[:, 1]]).size
     variables = len(pairs) * a_count + pod_pairs * a_count * shape.cores_per_group
-    if variables > MAX_GENERATED:
+    if variables > MAX_FIRST_ORDER:
         return TreeBound(
-            None, f"fat-tree moves bound: {variables:,} variables > {MAX_GENERATED:,}, not built"
+            None, f"fat-tree moves bound: {variables:,} variables > {MAX_FIRST_ORDER:,}, not built"
         )
-    generate = variables > MAX_VARIABLES
+    first_order = variables > MAX_VARIABLES
+    solver = pywraplp.Solver.CreateSolver("PDLP" if first_order else "HIGHS_LP")
+    if solver is None:
+        return TreeBound(None, "fat-tree moves bound: no HiGHS or PDLP in this OR-Tools")
+    solver.SetSolverSpecificParametersAsString(  # HiGHS's: see solver.moves._lp
+        PDLP_PARAMETERS if first_order else "output_flag=false"
+    )
+    infinity = solver.infinity()
     rows: dict[tuple[str, int, int, int], pywraplp.Constraint] = {}
     uses: dict[int, list[pywraplp.Variable]] = {}  # per agg-core link, the counts crossing it
 
@@ -158,12 +181,10 @@ def tree_moves_bound(
         objective.SetCoefficient(v, -1.0)
     objective.SetOffset(float(np.count_nonzero(had)))
     objective.SetMinimization()
+    for r, crossing in uses.items():
+        _link_row(solver, float(cap[r]), crossing)
     lp = _Lp(solver, objective, forced, len(flows), z, start, time_limit)
-    if not generate:
-        for r, crossing in uses.items():
-            _link_row(solver, float(cap[r]), crossing)
-        return lp.solve()
-    return _generate(lp, uses, cap, shape)
+    return lp.solve_first_order() if first_order else lp.solve()
 
 
 def _link_row(
@@ -206,63 +227,41 @@ class _Lp:
         bound = self.forced + math.ceil(self.objective.Value() - 1e-6)
         return TreeBound(bound, f"fat-tree moves bound: {bound} ({size}, {seconds:.1f} s)", True)
 
+    def solve_first_order(self) -> TreeBound:
+        """Solve by PDLP within what is left of the time; the bound is the Lagrangian of its
+        duals over the exported model (:mod:`solver.dualbound`), rounded up. Exact when PDLP
+        converged and its objective rounds up to the same count (the LP optimum lies between
+        the two, to PDLP's tolerance)."""
+        from ortools.linear_solver import linear_solver_pb2, pywraplp
 
-def _generate(
-    lp: _Lp, uses: dict[int, list[pywraplp.Variable]], cap: IntArray, shape: FatTreeShape
-) -> TreeBound:
-    """The LP with its agg-core rows generated: solved first with none, then again with the
-    rows of every agg whose links the answer overfills (all of that agg's core links, both
-    ways: the answer moves to its siblings otherwise), until none is overfilled (the full LP's
-    optimum) or the time is spent. Every round's LP has a subset of the full LP's rows, so its
-    optimum, rounded up, is a lower bound too: the last one solved is returned.
-
-    Why: with every row, the 16,384-GPU LP was unsolved after 25 minutes; without the agg-core
-    rows it solves in about a minute, and a few rounds add back the few thousand that bind
-    (the light-uplink row: 11, 13, 13, 14 over four rounds)."""
-    bound: int | None = None
-    note = "fat-tree moves bound: no round solved"
-    added: set[int] = set()
-    for round_ in range(1, GENERATE_ROUNDS + 1):
-        if time.perf_counter() - lp.start >= lp.time_limit:
-            break
-        got, said, _ = lp.solve()
-        if got is None:
-            break
-        bound = got if bound is None else max(bound, got)
-        if got > lp.flows:  # infeasible already without some rows
-            return TreeBound(got, said, True)
-        load: dict[int, float] = {}
-        for r, crossing in uses.items():
-            if r not in added:
-                total = sum(v.solution_value() for v in crossing)
-                if total > cap[r] + 1e-6:
-                    load[r] = total
-        rounds = f"{round_} round(s) of agg-core rows generated, {len(added):,} added"
-        if not load:
-            return TreeBound(
-                bound, f"{said} ({rounds}; none overfilled: the full LP's optimum)", True
+        solver = self.solver
+        left = self.time_limit - (time.perf_counter() - self.start)
+        solver.SetTimeLimit(max(1, int(left * 1000)))
+        status = solver.Solve()
+        size = f"{solver.NumVariables():,} variables, {solver.NumConstraints():,} rows"
+        if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+            seconds = time.perf_counter() - self.start
+            note = (
+                f"fat-tree moves bound: PDLP did not solve the LP (status {status}; {size},"
+                f" {seconds:.1f} s)"
             )
-        note = f"{said} ({rounds}; {len(load):,} links overfilled, not converged)"
-        for r in _siblings(shape, load):
-            if r not in added and r in uses:
-                added.add(r)
-                _link_row(lp.solver, float(cap[r]), uses[r])
-    return TreeBound(bound, note)
-
-
-GENERATE_ROUNDS = 12
-"""Most rounds of generated rows."""
-
-
-def _siblings(shape: FatTreeShape, over: dict[int, float]) -> list[int]:
-    """Every core link, both ways, of the aggs with an overfilled one."""
-    pods, aggs = shape.agg_up.shape[:2]
-    marked = np.zeros((pods, aggs), dtype=bool)
-    want = np.zeros(int(max(shape.agg_up.max(), shape.agg_down.max())) + 1, dtype=bool)
-    want[list(over)] = True
-    marked |= want[shape.agg_up].any(axis=2) | want[shape.agg_down].any(axis=2)
-    out = np.concatenate([shape.agg_up[marked].ravel(), shape.agg_down[marked].ravel()])
-    return [int(r) for r in out]
+            return TreeBound(None, note)
+        model = linear_solver_pb2.MPModelProto()
+        solver.ExportModelToProto(model)
+        duals = [c.dual_value() for c in solver.constraints()]
+        lagrangian = lagrangian_bound(model, duals)
+        if not math.isfinite(lagrangian):
+            return TreeBound(None, f"fat-tree moves bound: PDLP's duals bound nothing ({size})")
+        bound = self.forced + max(0, proven_integer_bound(lagrangian))
+        solved = self.forced + math.ceil(self.objective.Value() - FIRST_ORDER_GAP)
+        exact = status == pywraplp.Solver.OPTIMAL and bound == solved
+        seconds = time.perf_counter() - self.start
+        objective = self.forced + self.objective.Value()
+        note = (
+            f"fat-tree moves bound: {bound} ({size}, {seconds:.1f} s; PDLP's duals bound the LP"
+            f" at {self.forced + lagrangian:.6f}, its objective {objective:.6f})"
+        )
+        return TreeBound(bound, note, exact)
 
 
 def capacities(problem: Problem, w: float, z: float) -> IntArray:

@@ -1,12 +1,12 @@
 """The fewest moves of a fat-tree re-plan among plans that move only the flows at some leaves:
 a plan, and so an upper bound on the minimum, from the aggregated model restricted to them.
 
-Why: :mod:`solver.treefewest` bounds the fewest moves from below, over every flow, and at
-16,384 GPUs its LP is too large to finish (with every row, HiGHS's interior point had not
-solved it after 50 minutes; with generated rows it stops at 13 for the 3-tier light uplink).
-The searches that bound it from above (:mod:`solver.repair`) grow chains move by move. Between
-the two, the 3-tier 16,384-GPU light-uplink row read "13-17" against the re-plan's 18, and
-whether the re-plan was within 10% of the minimum could not be said.
+Why: :mod:`solver.treefewest` bounds the fewest moves from below, over every flow (at 16,384
+GPUs HiGHS never finished its LP; with generated rows it stopped at 13 for the 3-tier light
+uplink, and PDLP's duals now prove 15 there). The searches that bound it from above
+(:mod:`solver.repair`) grow chains move by move. Between the two, the 3-tier 16,384-GPU
+light-uplink row read "13-17" against the re-plan's 18, and whether the re-plan was within 10%
+of the minimum could not be said; this module's 15-move plan and that bound of 15 now say it.
 
 **Restriction.** Fix every flow that has no end at the given leaves on its previous path, and
 take its load off the capacities; let the others (and every flow whose path is gone) choose.
