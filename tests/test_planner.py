@@ -419,3 +419,55 @@ def test_many_fat_tree_parts_are_coloured_in_one_call() -> None:
     assert {p.method for p in result.parts} == {"fattree"}
     assert all(p.status == "optimal" and p.max_utilization == p.bound for p in result.parts)
     assert result.objective.max_utilization == utilization(fabric, flows, result.paths)
+
+
+def test_a_plan_runs_with_the_cyclic_collector_paused_and_leaves_it_as_it_found_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """plan() pauses Python's cyclic garbage collector (a full collection over the process's
+    heap was most of a 4,096-GPU re-plan's overrun) and switches it back afterwards, also when
+    it raises; a collector the caller had switched off stays off; overlapping plans (the
+    service's threads) switch it back only when the last one ends."""
+    import gc
+    import threading
+
+    from solver import planner
+
+    seen: list[bool] = []
+    real = planner.build_problem
+
+    def watching(*args: object, **kwargs: object) -> object:
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "build_problem", watching)
+    flows = make_flows(SMALL_TWO_TIER, [(0, 5), (1, 6), (2, 7)])
+    assert gc.isenabled()
+    plan(SMALL_TWO_TIER, flows)
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(ValueError, match="strategy"):
+        plan(SMALL_TWO_TIER, flows, strategy="nonsense")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        plan(SMALL_TWO_TIER, flows)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with planner._collector_paused():
+            first_in.set()
+            assert second_in.wait(10)
+        first_out.set()
+
+    worker = threading.Thread(target=first)
+    worker.start()
+    assert first_in.wait(10)
+    with planner._collector_paused():
+        second_in.set()
+        assert first_out.wait(10)
+        assert not gc.isenabled()  # the first plan ended, this one still runs
+    worker.join(10)
+    assert gc.isenabled()
