@@ -64,7 +64,7 @@ minutes. Larger models go to PDLP (see the module docstring)."""
 
 MAX_FIRST_ORDER = 1_500_000
 """Largest model given to PDLP (16,384 GPUs, 3-tier: 783,572 variables and 364,169 rows, 71 s
-with the model's building, the whole process peaking at 1.4 GB); beyond it no model is built."""
+with the model's building, the whole process peaking at 1.6 GB); beyond it no model is built."""
 
 PDLP_PARAMETERS = (
     "num_threads: 2 termination_criteria { simple_optimality_criteria {"
@@ -144,9 +144,8 @@ def tree_moves_bound(
     solver = pywraplp.Solver.CreateSolver("PDLP" if first_order else "HIGHS_LP")
     if solver is None:
         return TreeBound(None, "fat-tree moves bound: no HiGHS or PDLP in this OR-Tools")
-    solver.SetSolverSpecificParametersAsString(  # HiGHS's: see solver.moves._lp
-        PDLP_PARAMETERS if first_order else "output_flag=false"
-    )
+    if not first_order:  # PDLP's are set on its request (_Lp.solve_first_order)
+        solver.SetSolverSpecificParametersAsString("output_flag=false")  # see solver.moves._lp
     infinity = solver.infinity()
     rows: dict[tuple[str, int, int, int], pywraplp.Constraint] = {}
     uses: dict[int, list[pywraplp.Variable]] = {}  # per agg-core link, the counts crossing it
@@ -229,37 +228,43 @@ class _Lp:
 
     def solve_first_order(self) -> TreeBound:
         """Solve by PDLP within what is left of the time; the bound is the Lagrangian of its
-        duals over the exported model (:mod:`solver.dualbound`), rounded up. Exact when PDLP
+        duals over the exported model (:mod:`solver.dualbound`), rounded up, also where PDLP
+        ran out of time (its last duals bound the LP too, only less tightly). Exact when PDLP
         converged and its objective rounds up to the same count (the LP optimum lies between
-        the two, to PDLP's tolerance)."""
+        the two, to PDLP's tolerance).
+
+        Solved from the exported model's request, not :meth:`pywraplp.Solver.Solve`: OR-Tools
+        returns no duals through the solver object from a PDLP run that did not converge."""
         from ortools.linear_solver import linear_solver_pb2, pywraplp
 
-        solver = self.solver
-        left = self.time_limit - (time.perf_counter() - self.start)
-        solver.SetTimeLimit(max(1, int(left * 1000)))
-        status = solver.Solve()
-        size = f"{solver.NumVariables():,} variables, {solver.NumConstraints():,} rows"
-        if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
-            seconds = time.perf_counter() - self.start
-            note = (
-                f"fat-tree moves bound: PDLP did not solve the LP (status {status}; {size},"
-                f" {seconds:.1f} s)"
-            )
-            return TreeBound(None, note)
         model = linear_solver_pb2.MPModelProto()
-        solver.ExportModelToProto(model)
-        duals = [c.dual_value() for c in solver.constraints()]
-        lagrangian = lagrangian_bound(model, duals)
+        self.solver.ExportModelToProto(model)
+        size = f"{len(model.variable):,} variables, {len(model.constraint):,} rows"
+        left = self.time_limit - (time.perf_counter() - self.start)
+        request = linear_solver_pb2.MPModelRequest(
+            model=model,
+            solver_type=linear_solver_pb2.MPModelRequest.PDLP_LINEAR_PROGRAMMING,
+            solver_specific_parameters=PDLP_PARAMETERS,
+            solver_time_limit_seconds=max(1.0, left),
+        )
+        response = linear_solver_pb2.MPSolutionResponse()
+        pywraplp.Solver.SolveWithProto(request, response)
+        seconds = time.perf_counter() - self.start
+        status = linear_solver_pb2.MPSolverResponseStatus.Name(response.status)
+        if len(response.dual_value) != len(model.constraint):
+            note = f"fat-tree moves bound: PDLP gave no duals ({status}; {size}, {seconds:.1f} s)"
+            return TreeBound(None, note)
+        lagrangian = lagrangian_bound(model, list(response.dual_value))
         if not math.isfinite(lagrangian):
             return TreeBound(None, f"fat-tree moves bound: PDLP's duals bound nothing ({size})")
         bound = self.forced + max(0, proven_integer_bound(lagrangian))
-        solved = self.forced + math.ceil(self.objective.Value() - FIRST_ORDER_GAP)
-        exact = status == pywraplp.Solver.OPTIMAL and bound == solved
-        seconds = time.perf_counter() - self.start
-        objective = self.forced + self.objective.Value()
+        converged = response.status == linear_solver_pb2.MPSOLVER_OPTIMAL
+        solved = self.forced + math.ceil(response.objective_value - FIRST_ORDER_GAP)
+        exact = converged and bound == solved
         note = (
-            f"fat-tree moves bound: {bound} ({size}, {seconds:.1f} s; PDLP's duals bound the LP"
-            f" at {self.forced + lagrangian:.6f}, its objective {objective:.6f})"
+            f"fat-tree moves bound: {bound} ({size}, {seconds:.1f} s, PDLP {status}; its duals"
+            f" bound the LP at {self.forced + lagrangian:.6f}, its objective"
+            f" {self.forced + response.objective_value:.6f})"
         )
         return TreeBound(bound, note, exact)
 

@@ -660,8 +660,8 @@ def test_the_fat_tree_moves_bound_by_pdlp_equals_the_simplex_one(
     """The fat-tree moves bound of a large model (as on 16,384 GPUs) comes from PDLP's duals
     (solver.dualbound's Lagrangian), not HiGHS's simplex: forced onto that path on small
     fat-trees, it is the same bound as the simplex's exact one, marked exact, and says how it
-    was found; PDLP stopped after three iterations gives no bound, and says so (rough duals
-    are bounds too, tests/test_dualbound.py, but OR-Tools returns none from an unsolved PDLP)."""
+    was found; PDLP stopped after three iterations still gives one from its last duals, never
+    above it and not marked exact (here only the displaced flows: rough duals bound little)."""
     from c4p.bench import permutation_jobs
     from c4p.bench_failures import failures
     from solver import treefewest
@@ -686,10 +686,11 @@ def test_the_fat_tree_moves_bound_by_pdlp_equals_the_simplex_one(
             first_order, note, exact = treefewest.tree_moves_bound(
                 problem, members, mine, shape, z, 30.0
             )
-            assert "PDLP's duals bound the LP" in note and exact, note
+            assert "its duals bound the LP" in note and exact, note
             assert first_order == full
             patched.setattr(
                 treefewest, "PDLP_PARAMETERS", "termination_criteria { iteration_limit: 3 }"
             )
-            rough, note, _ = treefewest.tree_moves_bound(problem, members, mine, shape, z, 30.0)
-            assert rough is None and "PDLP did not solve" in note, note  # no bound claimed
+            rough, note, exact = treefewest.tree_moves_bound(problem, members, mine, shape, z, 30.0)
+            assert rough is not None and rough <= full, note
+            assert "PDLP MPSOLVER_NOT_SOLVED" in note and not exact
