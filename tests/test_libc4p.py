@@ -206,6 +206,40 @@ def test_static_file_for_another_job_or_fabric_is_refused(tmp_path: Path) -> Non
             assert r.open_code == 11  # C4P_EFILE
 
 
+def test_static_file_with_a_repeated_qp_or_a_late_header_is_refused(tmp_path: Path) -> None:
+    """docs/api.md: one line per QP, the header before the bindings. A second line for the same
+    QP (which would silently win) and an ``epoch`` (or any header) after a ``b`` line (the
+    bindings would carry the epoch seen so far while ``c4p_status`` reports the later one) are
+    both ``C4P_EFILE``, with the line number and the reason in the log."""
+    ports = {("dp", 0, 1, 0, 0): (0xC001, 1), ("dp", 0, 1, 0, 1): (0xC002, 2)}
+    good = _static_file(tmp_path / "good.c4pb", "train", "h0000", ports).read_text()
+    lines = good.splitlines()
+    first_b = next(i for i, line in enumerate(lines) if line.startswith("b "))
+    repeated = [*lines, "b dp 0 1 0 0 49154 2"]  # qp 0 again, with qp 1's port
+    repeated[lines.index("count 2")] = "count 3"
+    late = [line for line in lines if not line.startswith("epoch ")] + ["epoch 7"]
+    twice = [*lines[:first_b], "epoch 9", *lines[first_b:]]  # two epochs: which one?
+    cases = {
+        "repeated.c4pb": (repeated, "repeats the binding of line"),
+        "late.c4pb": (late, "header line 'epoch' after the bindings"),
+        "twice.c4pb": (twice, "repeats the header line 'epoch'"),
+    }
+    for name, (text, why) in cases.items():
+        path = tmp_path / name
+        path.write_text("\n".join(text) + "\n")
+        args = ("--file", str(path), "--job", "train", "--fabric", FABRIC.name, "--log")
+        with ranks(Rank(*args)) as (r,):
+            assert r.open_code == 11, name  # C4P_EFILE
+        assert why in r.stderr_text and f"{name}:" in r.stderr_text, r.stderr_text
+    with ranks(
+        Rank("--file", str(tmp_path / "good.c4pb"), "--job", "train", "--fabric", FABRIC.name)
+    ) as (r,):
+        assert r.open_code == 0 and r.status()[:2] == (1, 2)
+    twice = (StaticBinding("dp", 0, 1, 0, 0, 0xC001, 1), StaticBinding("dp", 0, 1, 0, 0, 0xC002, 2))
+    with pytest.raises(ValueError, match="two bindings"):  # the writer agrees with the reader
+        HostFile(FABRIC.name, "train", "h0000", 1, twice).render()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching uids needs root")
 def test_sockets_of_other_users_are_refused(tmp_path: Path) -> None:
     """A rank of another user is refused by the agent's SO_PEERCRED policy (socket mode

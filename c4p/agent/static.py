@@ -52,6 +52,11 @@ class HostFile:
     bindings: tuple[StaticBinding, ...]
 
     def render(self) -> str:
+        """The file's text; a QP twice is refused here as ``libc4p`` refuses it on reading."""
+        keys = [(b.communicator, b.src_rank, b.dst_rank, b.channel, b.qp) for b in self.bindings]
+        if len(set(keys)) != len(keys):
+            twice = sorted({k for k in keys if keys.count(k) > 1})[0]
+            raise ValueError(f"{self.job}/{self.host}: QP {twice} has two bindings")
         lines = [
             f"c4p-bindings {FORMAT_VERSION}",
             f"fabric {self.fabric}",

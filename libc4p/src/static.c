@@ -3,7 +3,10 @@
  * Why a line-oriented text file: an offline site copies one small file per host next to the
  * job; it is read once at open with nothing but stdio, is diffable, and every line is checked
  * (ranges, the kernel's flow-label -> port mapping) so a hand-edited or truncated file is
- * refused with its line number instead of giving wrong ports. The format is in docs/api.md. */
+ * refused with its line number instead of giving wrong ports. The format is in docs/api.md.
+ * The header comes first and once: a header line after a binding (the bindings read so far
+ * would carry the older epoch) or twice (which one holds?) is refused, and so is a second line
+ * for the same QP (one of the two ports would be silently dropped). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -39,7 +42,7 @@ c4p_result c4p_open_static(c4p_session *s, const c4p_options *o) {
   }
   char line[LINE_MAX_BYTES];
   char fabric[C4P_NAME_MAX + 1] = "", job[C4P_NAME_MAX + 1] = "", host[C4P_NAME_MAX + 1] = "";
-  int n = 0, magic = 0, has_epoch = 0, has_count = 0;
+  int n = 0, magic = 0, has_epoch = 0, has_count = 0, first_b = 0;
   uint64_t expected = 0, seen = 0;
   c4p_result rc = C4P_OK;
   while (rc == C4P_OK && fgets(line, sizeof line, f) != NULL) {
@@ -73,10 +76,26 @@ c4p_result c4p_open_static(c4p_session *s, const c4p_options *o) {
                    : strcmp(word, "job") == 0  ? job
                    : strcmp(word, "host") == 0 ? host
                                                : NULL;
+    int is_number = strcmp(word, "epoch") == 0 || strcmp(word, "count") == 0;
+    if ((target != NULL || is_number) && first_b != 0) {
+      char why[96];
+      snprintf(why, sizeof why, "header line '%s' after the bindings (line %d): move it up",
+               word, first_b);
+      rc = bad_line(s, path, n, why);
+      break;
+    }
+    if ((target != NULL && target[0] != '\0') || (word[0] == 'e' && is_number && has_epoch) ||
+        (word[0] == 'c' && is_number && has_count)) {
+      char why[64];
+      snprintf(why, sizeof why, "repeats the header line '%s'", word);
+      rc = bad_line(s, path, n, why);
+      break;
+    }
     if (target != NULL) {
-      if (argc != 1 || strlen(args[0]) > C4P_NAME_MAX) rc = bad_line(s, path, n, "bad name");
+      if (argc != 1 || strlen(args[0]) > C4P_NAME_MAX || args[0][0] == '\0')
+        rc = bad_line(s, path, n, "bad name");
       else strcpy(target, args[0]);
-    } else if (strcmp(word, "epoch") == 0 || strcmp(word, "count") == 0) {
+    } else if (is_number) {
       uint64_t v = 0;
       if (argc != 1 || !parse_u64(args[0], UINT64_MAX, &v)) {
         rc = bad_line(s, path, n, "bad number");
@@ -111,8 +130,18 @@ c4p_result c4p_open_static(c4p_session *s, const c4p_options *o) {
       b.udp_sport = (uint16_t)v[4];
       b.flow_label = (uint32_t)v[5];
       b.epoch = s->epoch;
+      if (first_b == 0) first_b = n;
+      const c4p_slot *dup = c4p_table_find(&s->table, b.communicator, b.src_rank, b.dst_rank,
+                                           b.channel, b.qp);
+      if (dup != NULL) {
+        char why[96];
+        snprintf(why, sizeof why, "repeats the binding of line %" PRIu32 " (one line per QP)",
+                 dup->gen);
+        rc = bad_line(s, path, n, why);
+        break;
+      }
       int fresh = 0;
-      rc = c4p_table_put(&s->table, &b, 0, &fresh);
+      rc = c4p_table_put(&s->table, &b, (uint32_t)n, &fresh); /* gen: the line, for the above */
       seen++;
     } else {
       rc = bad_line(s, path, n, "unknown line");
