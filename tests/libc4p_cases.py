@@ -7,13 +7,16 @@ own temporary directory; TCP ports come from binding port 0; waits are bounded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -143,6 +146,62 @@ def agent(config: Path, *options: str) -> Iterator[subprocess.Popen[bytes]]:
     return process(argv, ready, "the agent")
 
 
+def as_user(uid: int) -> list[str]:
+    """The argv prefix that runs a command as ``uid`` (and its own group), for real."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+
+
+class Unreachable(RuntimeError):
+    """A uid cannot reach the files a test would run as that uid (raised at once, with why)."""
+
+
+def reachable(uid: int, path: Path, test: str = "-x") -> bool:
+    """Whether ``uid`` passes the kernel's own access check for ``path`` (``test(1)`` as it)."""
+    done = subprocess.run([*as_user(uid), "test", test, str(path)], timeout=30)
+    return done.returncode == 0
+
+
+def _blocker(path: Path) -> str:
+    """The first directory on the way to ``path`` that others may not pass (for the message)."""
+    for parent in reversed(path.parents):
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            return f"{parent} (mode {stat.S_IMODE(mode):04o})"
+    return "an ancestor"
+
+
+@contextmanager
+def staged_for(uid: int, *files: Path, under: Path | None = None) -> Iterator[Path]:
+    """A fresh directory every user may pass (mode 0755, in ``under`` or ``$TMPDIR``) holding
+    copies of ``files`` (symbolic links kept as links), removed on exit.
+
+    Why: a test that runs something as another uid cannot run it from the checkout, whose
+    parent may be 0700 (a clone under ``/root`` or ``mktemp -d``). ``Unreachable`` at once,
+    naming the directory in the way, when ``uid`` cannot reach the stage either."""
+    stage = Path(tempfile.mkdtemp(prefix="c4p-uid-", dir=under))
+    try:
+        os.chmod(stage, 0o755)
+        for f in files:
+            shutil.copy2(f, stage / f.name, follow_symlinks=False)
+        if not reachable(uid, stage):
+            raise Unreachable(
+                f"uid {uid} cannot reach {stage}: {_blocker(stage)} is in the way "
+                "(set TMPDIR to a directory every user may pass)"
+            )
+        yield stage
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def interpreter_for(uid: int) -> str:
+    """A Python that ``uid`` can run (the venv's may live in a 0700 directory); its stdlib only."""
+    candidates = [Path(sys.executable).resolve(), Path("/usr/bin/python3")]
+    for candidate in candidates:
+        if reachable(uid, candidate):
+            return str(candidate)
+    raise Unreachable(f"uid {uid} can run none of {', '.join(map(str, candidates))}")
+
+
 def kill(child: subprocess.Popen[bytes]) -> None:
     with suppress(ProcessLookupError):
         os.kill(child.pid, signal.SIGKILL)
@@ -162,10 +221,18 @@ class Rank:
     def __init__(
         self, *args: str, valgrind: bool = True, user: int | None = None, binary: Path = CHECK
     ) -> None:
+        memcheck = valgrind and VALGRIND is not None and binary == CHECK
+        self._stage: contextlib.ExitStack | None = None
+        cwd = None
+        if user is not None:  # run a copy (with its library) where that uid can reach it
+            self._stage = contextlib.ExitStack()
+            libs = sorted(binary.parent.glob("libc4p.so*"))
+            stage = self._stage.enter_context(staged_for(user, binary, *libs))
+            binary, cwd = stage / binary.name, stage
         argv = [str(binary), *args]
-        if valgrind and VALGRIND is not None and binary == CHECK:
+        if memcheck:
             argv = [
-                VALGRIND,
+                str(VALGRIND),
                 "-q",
                 f"--error-exitcode={VALGRIND_ERROR}",
                 "--leak-check=full",
@@ -173,7 +240,7 @@ class Rank:
                 *argv,
             ]
         if user is not None:
-            argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *argv]
+            argv = [*as_user(user), *argv]
         self.child = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -181,6 +248,7 @@ class Rank:
             stderr=subprocess.PIPE,
             text=True,
             bufsize=1,
+            cwd=cwd,
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.replans: list[tuple[Key, int, int]] = []
@@ -192,7 +260,11 @@ class Rank:
         self._reader.start()
         self._err_reader = threading.Thread(target=self._read_errors, daemon=True)
         self._err_reader.start()
-        self.opened = self.expect("open", 60)
+        try:
+            self.opened = self.expect("open", 60)
+        except BaseException:
+            self.close()  # the child killed and the stage removed, then the reason
+            raise
 
     def _read(self) -> None:
         assert self.child.stdout is not None
@@ -211,8 +283,23 @@ class Rank:
             self._errors.append(line)
 
     def expect(self, head: str, timeout: float = 30) -> list[str]:
+        """The next line starting with ``head``; a driver that exited first fails at once,
+        with its status and stderr (not after ``timeout`` with an empty queue)."""
+        end = time.monotonic() + timeout
         while True:
-            line = self.lines.get(timeout=timeout)
+            try:
+                line = self.lines.get(timeout=min(0.2, max(0.0, end - time.monotonic())))
+            except queue.Empty:
+                if not self._reader.is_alive() and self.lines.empty():
+                    self.child.wait(10)
+                    self._err_reader.join(10)
+                    raise RuntimeError(
+                        f"c4p_check exited with status {self.child.returncode} before "
+                        f"{head!r}: {''.join(self._errors)[-2000:]}"
+                    ) from None
+                if time.monotonic() >= end:
+                    raise
+                continue
             if line.split()[0] == head:
                 return line.split()
 
@@ -263,6 +350,8 @@ class Rank:
         for stream in (self.child.stdin, self.child.stdout, self.child.stderr):
             with suppress(Exception):
                 stream.close()  # type: ignore[union-attr]
+        if self._stage is not None:
+            self._stage.close()  # the staged copy is removed with the rank
         return self.child.returncode, err
 
 

@@ -12,8 +12,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -25,15 +23,19 @@ from libc4p_cases import (
     BUILD,
     Key,
     Rank,
+    Unreachable,
     agent,
     agent_config,
+    as_user,
     build_libc4p,
     controller,
     controller_config,
     free_port,
+    interpreter_for,
     key_of,
     kill,
     ranks,
+    staged_for,
 )
 from service_cases import ADMIN_TOKEN, busy_fabric, hosts, wait_until
 
@@ -241,16 +243,32 @@ def test_static_file_with_a_repeated_qp_or_a_late_header_is_refused(tmp_path: Pa
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching uids needs root")
+def test_a_rank_of_another_uid_runs_from_a_checkout_it_cannot_reach(tmp_path: Path) -> None:
+    """A clone under a 0700 directory (``/root``, ``mktemp -d``): uid 65534 cannot reach the
+    built driver there, so a rank run as that uid is staged where it can (and an unreachable
+    staging place is a fast, explained failure, not a 60 s wait)."""
+    hidden = tmp_path / "clone"
+    hidden.mkdir()
+    os.chmod(tmp_path, 0o700)
+    for f in BUILD.glob("libc4p.so*"):
+        shutil.copy(f, hidden / f.name, follow_symlinks=False)
+    shutil.copy(BUILD / "c4p_check", hidden / "c4p_check")
+    args = ("--socket", str(tmp_path / "none.sock"), "--job", "j", "--token", "t" * 20)
+    with ranks(Rank(*args, user=65534, binary=hidden / "c4p_check")) as (r,):
+        assert r.open_code == 4  # C4P_ECONNECT: it ran, as 65534, and found no agent
+    inside = staged_for(65534, under=tmp_path)  # inside the 0700 directory: no way in
+    with pytest.raises(Unreachable, match=r"cannot reach .* is in the way"), inside:
+        pass
+    assert not list(tmp_path.glob("c4p-uid-*"))  # and the failed stage was removed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching uids needs root")
 def test_sockets_of_other_users_are_refused(tmp_path: Path) -> None:
     """A rank of another user is refused by the agent's SO_PEERCRED policy (socket mode
     0666, so the kernel lets it connect); a socket served by another user is refused by the
     library. Both uids are switched for real with setpriv."""
     ctl_config, address = controller_config(FABRIC, tmp_path / "controller")
-    shared = Path(
-        tempfile.mkdtemp(prefix="c4p-uid-")
-    )  # pytest's own tmp is 0700: not for uid 65534
-    try:
-        os.chmod(shared, 0o755)
+    with staged_for(65534) as shared:  # pytest's own tmp is 0700: not for uid 65534
         agent_cfg, sock = agent_config(
             shared / "agent", HOSTS[2], address, mode="0666", group="65534"
         )
@@ -270,27 +288,16 @@ def test_sockets_of_other_users_are_refused(tmp_path: Path) -> None:
         (shared / "rogue").mkdir()
         os.chown(shared / "rogue", 65534, 65534)
         rogue_sock = shared / "rogue" / "agent.sock"
-        server = subprocess.Popen(
-            [
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                sys.executable,
-                "-c",
-                _ROGUE,
-                str(rogue_sock),
-            ]  # fmt: skip
-        )
+        python = interpreter_for(65534)  # the venv's may sit in a 0700 directory
+        server = subprocess.Popen([*as_user(65534), python, "-c", _ROGUE, str(rogue_sock)])
         try:
-            assert wait_until(rogue_sock.exists, 20)
+            assert wait_until(lambda: rogue_sock.exists() or server.poll() is not None, 20)
+            assert server.poll() is None, f"the rogue server exited with {server.returncode}"
             with ranks(Rank("--socket", str(rogue_sock), "--job", "j", "--token", "t")) as (r,):
                 assert r.open_code == 14  # C4P_EPEER
         finally:
             server.kill()
             server.wait(10)
-    finally:
-        shutil.rmtree(shared, ignore_errors=True)
 
 
 _ROGUE = """
