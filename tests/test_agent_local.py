@@ -6,6 +6,7 @@ its jobs at once: a probe batch for the controller and a rank's bindings."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -472,3 +473,162 @@ def test_a_socket_that_cannot_be_made_is_a_clear_exit_2(tmp_path: Path) -> None:
     done = subprocess.run([*AGENT, "-c", str(config)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert "bindings: cannot start" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_inbound_frames_are_limited_by_their_type() -> None:
+    """What a library may send, each with its own ceiling (a HELLO is under 1 KiB, a REPORT
+    256 KiB); what only the agent sends is refused from a library before any payload is read."""
+    assert wire.inbound_limit(wire.MsgType.HELLO) < 1024
+    assert wire.inbound_limit(wire.MsgType.ERROR) < 2048
+    assert wire.inbound_limit(5) == 256 << 10  # REPORT (the sensor's), library -> agent
+    longest = wire.encode(wire.Hello("j" * wire.MAX_NAME, "t" * wire.MAX_TOKEN))
+    assert len(longest) - wire.HEADER.size == wire.inbound_limit(wire.MsgType.HELLO)
+    for kind in (wire.MsgType.WELCOME, wire.MsgType.BINDINGS, 99):
+        with pytest.raises(WireError, match="not a message a library sends"):
+            wire.inbound_limit(kind)
+
+
+def _agent_rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_an_oversized_frame_is_refused_from_its_header(tmp_path: Path) -> None:
+    """A HELLO header declaring 4 MiB is answered ERROR (PROTOCOL) at once, without the agent
+    waiting for (and buffering) the payload; 32 connections sending 4 MiB each leave the
+    agent's resident memory within a few MiB (it was +4 MiB per connection)."""
+    config, sock = agent_config(tmp_path, "h0", f"127.0.0.1:{free_port()}")
+    declared = b"C4PL" + struct.pack(">HHI", 1, int(wire.MsgType.HELLO), 4 << 20)
+    with agent(config) as child:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(5)  # the hello timeout is 10 s: an answer before it is the header's
+            s.connect(str(sock))
+            s.sendall(declared)
+            answer = _decode(s.recv(65536, socket.MSG_WAITALL) or b"")
+        assert isinstance(answer, wire.Error) and answer.code == Code.PROTOCOL, answer
+        assert "HELLO" in answer.message and "limit" in answer.message, answer.message
+        before = _agent_rss_kb(child.pid)
+        conns = []
+        try:
+            for _ in range(32):
+                c = socket.socket(socket.AF_UNIX)
+                c.settimeout(5)
+                c.connect(str(sock))
+                conns.append(c)
+                with contextlib.suppress(OSError):  # refused and closed after the header
+                    c.sendall(declared + b"\0" * ((4 << 20) - 1))  # all but the last byte
+            grown = _agent_rss_kb(child.pid) - before
+        finally:
+            for c in conns:
+                c.close()
+    assert grown < 16 << 10, f"the agent grew by {grown} KiB for 32 x 4 MiB declared"
+
+
+def _cached_agent_config(directory: Path, **bindings: object) -> tuple[Path, Path]:
+    """An agent config (controller unreachable) with job ``j`` on disk, so that a rank with
+    ``TOKEN`` is welcomed from the cache; ``bindings`` extends its ``bindings:`` section."""
+    config, sock = agent_config(directory, "h0", f"127.0.0.1:{free_port()}")
+    doc = yaml.safe_load(config.read_text())
+    doc["bindings"].update(bindings)
+    config.write_text(yaml.safe_dump(doc))
+    state = directory / "state" / "jobs"
+    state.mkdir(parents=True)
+    job = {"version": 1, "job_id": "j", "token": TOKEN, "epoch": 2, "known": True, "bindings": HELD}
+    (state / "j.json").write_text(json.dumps(job))
+    return config, sock
+
+
+def _closed(conn: socket.socket, wait: float = 1.0) -> bool:
+    """Whether the agent has closed ``conn`` (an ERROR and EOF, or a reset) within ``wait``
+    seconds (well under the agent's 10 s HELLO timeout)."""
+    conn.settimeout(wait)
+    try:
+        while chunk := conn.recv(4096):
+            del chunk
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def test_idle_connections_never_lock_a_rank_out(tmp_path: Path) -> None:
+    """``max_sessions`` connections that never say HELLO: a rank's HELLO still gets its
+    WELCOME (it was ``over N sessions`` for the 10 s HELLO timeout, renewable), and the
+    oldest idle connection is the one closed, with ERROR UNAVAILABLE saying why."""
+    config, sock = _cached_agent_config(tmp_path, max_sessions=8)
+    with agent(config):
+        idle = [socket.socket(socket.AF_UNIX) for _ in range(8)]
+        try:
+            for c in idle:
+                c.connect(str(sock))
+            assert not _closed(idle[0])  # under the limit: nobody is closed
+            welcome = _welcome(sock, TOKEN)
+            assert isinstance(welcome, wire.Welcome) and welcome.known, welcome
+            idle[0].settimeout(5)
+            answer = _decode(idle[0].recv(65536, socket.MSG_WAITALL))
+            assert isinstance(answer, wire.Error) and answer.code == Code.UNAVAILABLE
+            assert "to make room" in answer.message, answer.message
+            assert [_closed(c) for c in idle[1:3]] == [False, False]  # only the oldest
+        finally:
+            for c in idle:
+                c.close()
+
+
+_HOLDER = """
+import socket, sys, time
+conns = []
+for _ in range(int(sys.argv[2])):
+    c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1]); conns.append(c)
+time.sleep(1)
+still = 0
+for c in conns:
+    c.setblocking(False)
+    try:
+        still += c.recv(4096) != b"" and 0
+    except BlockingIOError:
+        still += 1
+    except OSError:
+        pass
+print(still, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching uids needs root")
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_one_uid_cannot_take_every_session(tmp_path: Path) -> None:
+    """Peer uid 65534 (switched for real with setpriv; admitted by ``allowed_uids``) opens 8
+    idle connections where its limit is 4: its 4 oldest are closed, and with the agent full
+    a rank of another uid still gets in."""
+    import subprocess
+
+    from libc4p_cases import as_user, interpreter_for, staged_for
+
+    with staged_for(65534) as shared:  # a socket directory uid 65534 can reach
+        config, sock = _cached_agent_config(shared / "a", max_sessions=8, max_sessions_per_uid=4)
+        doc = yaml.safe_load(config.read_text())
+        doc["bindings"]["socket"].update(mode="0666", allowed_uids=[0, 65534])
+        config.write_text(yaml.safe_dump(doc))
+        os.chmod(shared / "a", 0o755)
+        with agent(config):
+            mine = [socket.socket(socket.AF_UNIX) for _ in range(4)]
+            with subprocess.Popen(
+                [*as_user(65534), interpreter_for(65534), "-c", _HOLDER, str(sock), "8"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            ) as holder:
+                try:
+                    assert holder.stdout is not None
+                    assert holder.stdout.readline().strip() == "4"  # its limit, not the agent's
+                    for c in mine:  # the agent is now full: 4 of 65534's, 4 of root's
+                        c.connect(str(sock))
+                    welcome = _welcome(sock, TOKEN)
+                    assert isinstance(welcome, wire.Welcome) and welcome.known, welcome
+                finally:
+                    for c in mine:
+                        c.close()
+                    holder.kill()

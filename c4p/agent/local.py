@@ -8,7 +8,10 @@ bindings on this host, possibly none yet), then pushes a delta (BINDINGS) whenev
 controller changes any of them. Any malformed frame is answered with ERROR and the connection
 closed: a rank can never crash or stall the agent, and the agent never waits on a rank (a rank
 that stops reading is dropped once its backlog passes ``_MAX_BACKLOG``; it reconnects and gets
-the full set).
+the full set). What a peer can make the agent hold is bounded: a frame's type caps its length
+before its payload is read (``wire.inbound_limit``; a HELLO is under 1 KiB), all frames being
+read share a byte budget, and connections that never say HELLO cannot lock ranks out (they
+are the first closed when the agent or their uid is full: :mod:`c4p.agent.local_sessions`).
 
 It runs as a component of the host agent (:class:`BindingsSide`, started by ``c4p agent`` when
 its config has a ``bindings:`` section): the job streams are restored from disk first, then the
@@ -29,6 +32,7 @@ from pathlib import Path
 from c4p.agent.config import AgentConfig
 from c4p.agent.jobs import JobBook, JobView
 from c4p.agent.local_config import BindingsSection
+from c4p.agent.local_sessions import Session, Sessions
 from c4p.agent.wire import (
     HEADER,
     VERSION,
@@ -37,16 +41,19 @@ from c4p.agent.wire import (
     Error,
     Hello,
     Message,
+    MsgType,
     Welcome,
     WireError,
     decode,
     encode,
+    inbound_limit,
     parse_header,
 )
 
 log = logging.getLogger("c4p.agent.local")
 _HELLO_TIMEOUT_S = 10.0
 _MAX_BACKLOG = 16 << 20
+_READ_BUDGET = 32 << 20  # bytes of frames being read, all sessions together
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
@@ -57,11 +64,29 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return int(pid), int(uid), int(gid)
 
 
-async def read_message(reader: asyncio.StreamReader) -> Message:
-    """One frame from a rank; ``WireError`` on a malformed or truncated one."""
+async def read_message(reader: asyncio.StreamReader, budget: Sessions | None = None) -> Message:
+    """One frame from a rank; ``WireError`` on a malformed, truncated or oversized one.
+
+    The length is judged on the header, before any payload is read: over its type's ceiling
+    (``wire.inbound_limit``), or over what is left of ``budget``, the frame is refused."""
     try:
         header = parse_header(await reader.readexactly(HEADER.size))
-        payload = await reader.readexactly(header.length)
+        limit = inbound_limit(header.type)
+        if header.length > limit:
+            name = MsgType(header.type).name if header.type in MsgType._value2member_map_ else ""
+            raise WireError(
+                Code.PROTOCOL,
+                f"{name or f'type {header.type}'} of {header.length} bytes over its limit "
+                f"of {limit}",
+            )
+        if budget is None:
+            payload = await reader.readexactly(header.length)
+        else:
+            budget.reserve(header.length, MsgType(header.type).name)
+            try:
+                payload = await reader.readexactly(header.length)
+            finally:
+                budget.release(header.length)
     except asyncio.IncompleteReadError as exc:
         raise WireError(Code.PROTOCOL, f"truncated frame ({len(exc.partial)} bytes)") from None
     if header.version != VERSION:
@@ -95,7 +120,9 @@ class LocalServer:
         self.config: BindingsSection = config.bindings
         self.book = book
         self.server: asyncio.base_events.Server | None = None
-        self.sessions = 0
+        self.sessions = Sessions(
+            self.config.max_sessions, self.config.max_sessions_per_uid, _READ_BUDGET
+        )
         self.served = 0
 
     async def start(self) -> None:
@@ -126,9 +153,9 @@ class LocalServer:
         self.config.socket.path.unlink(missing_ok=True)
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.sessions += 1
         view: JobView | None = None
         listener = None
+        session: Session | None = None
         try:
             _, uid, gid = peer_credentials(writer.get_extra_info("socket"))
             if not self.config.socket.admits(uid, gid):
@@ -136,11 +163,13 @@ class LocalServer:
                     Code.PERMISSION,
                     f"peer uid {uid} gid {gid} is not in socket.allowed_uids/allowed_gids",
                 )
-            if self.sessions > self.config.max_sessions:
-                raise WireError(Code.UNAVAILABLE, f"over {self.config.max_sessions} sessions")
-            hello = await asyncio.wait_for(read_message(reader), _HELLO_TIMEOUT_S)
+            candidate = Session(uid, writer, asyncio.current_task())
+            self.sessions.open(candidate)  # may close an idle one to make room, or refuse
+            session = candidate
+            hello = await asyncio.wait_for(read_message(reader, self.sessions), _HELLO_TIMEOUT_S)
             if not isinstance(hello, Hello):
                 raise WireError(Code.PROTOCOL, "the first message must be HELLO")
+            session.hello = True  # from here on it is never closed to make room
             view = await self.book.admit(hello.job_id, hello.token)
 
             def listener(delta: BindingSet) -> None:
@@ -167,7 +196,8 @@ class LocalServer:
         except (ConnectionError, OSError):
             pass
         finally:
-            self.sessions -= 1
+            if session is not None:
+                self.sessions.close(session)
             if view is not None and listener is not None:
                 view.listeners.discard(listener)
             writer.close()

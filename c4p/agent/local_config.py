@@ -90,6 +90,9 @@ class BindingsSection(_Frozen):
     verify_timeout_s: float = Field(default=5.0, gt=0, le=60)
     """How long a rank's first HELLO for an unknown token may wait for the controller's word."""
     max_sessions: int = Field(default=1024, ge=1)
+    max_sessions_per_uid: int = Field(default=256, ge=1)
+    """Sessions one peer uid may hold; past it (or past ``max_sessions``) the oldest session
+    that has not said HELLO is closed to make room (see :mod:`c4p.agent.local_sessions`)."""
 
     def relative_to(self, base: Path) -> BindingsSection:
         state = self.state_dir if self.state_dir.is_absolute() else base / self.state_dir

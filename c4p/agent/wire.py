@@ -71,6 +71,29 @@ class WireError(ValueError):
         self.code = code
 
 
+REPORT_TYPE = 5  # library -> agent (the sensor's MsgType.REPORT): its ceiling is fixed here
+INBOUND_LIMITS: dict[int, int] = {
+    MsgType.HELLO: 2 + MAX_NAME + 2 + MAX_TOKEN,
+    MsgType.ERROR: 4 + 2 + MAX_TEXT,
+    REPORT_TYPE: 256 << 10,
+}
+"""The largest payload of each type a library may send to the agent.
+
+Why per type and checked on the header: the agent must know how much it will buffer before it
+reads a byte of payload. ``MAX_PAYLOAD`` (4 MiB) is for the agent's full sets; a HELLO is at
+most 644 bytes, so 200 connections declaring 4 MiB each would otherwise hold 800 MB."""
+
+
+def inbound_limit(kind: int) -> int:
+    """The payload ceiling of a frame of type ``kind`` from a library; ``WireError`` for a type
+    only the agent sends (or no type at all), so its payload is never read."""
+    try:
+        return INBOUND_LIMITS[kind]
+    except KeyError:
+        name = MsgType(kind).name if kind in MsgType._value2member_map_ else str(kind)
+        raise WireError(Code.PROTOCOL, f"type {name} is not a message a library sends") from None
+
+
 @dataclass(frozen=True, order=True)
 class QpKey:
     """How a rank names a QP: what NCCL's ``net_ib`` knows at connect time."""
