@@ -38,7 +38,7 @@ from c4p.endpoints import split_address as split_address
 from c4p.files import load_model, read_text
 from c4p.service.access import RateSettings
 from c4p.store.sqlite import Synchronous
-from southbound.targets import DriverName, FabricSource, TargetsFile
+from southbound.targets import DriverName, FabricSource, TargetsFile, with_default_driver
 from topology.base import Frozen
 from topology.errors import FabricFileError
 from topology.formats import TextFormat, parse_data, problems_of
@@ -75,11 +75,7 @@ def load_targets(fabric: FabricSource) -> TargetsFile:
     assert fabric.targets is not None
     name = str(fabric.targets)
     data = parse_data(read_text(fabric.targets), TextFormat.for_name(fabric.targets), name)
-    if isinstance(data, dict) and isinstance(data.get("defaults") or {}, dict):
-        defaults = dict(data.get("defaults") or {})
-        if defaults.get("driver") is None:
-            defaults["driver"] = fabric.source
-        data = {**data, "defaults": defaults}
+    data = with_default_driver(data, fabric.source)  # a gnmic file as discover reads it
     try:
         targets = TargetsFile.model_validate(data)
     except ValidationError as exc:

@@ -25,6 +25,27 @@ from southbound.driver_errors import (
 )
 from southbound.targets import TargetConfig, TlsMode
 
+PREFIX_TARGETS = {"SONiC": "OC-YANG"}
+"""The prefix target a switch OS serves OpenConfig under, where it needs one (sonic-gnmi's
+gNMI_usage_examples: OpenConfig paths are asked with target ``OC-YANG``)."""
+
+
+def _wants_prefix_target(details: str) -> bool:
+    """sonic-gnmi's refusal of a request whose prefix names no target."""
+    text = details.lower()
+    return "target" in text and "prefix" in text
+
+
+def _prefix_target_advice(config: TargetConfig) -> str:
+    values = ", ".join(f"{os_}: {value}" for os_, value in PREFIX_TARGETS.items())
+    value = next(iter(PREFIX_TARGETS.values()))
+    said = config.gnmi.prefix_target
+    head = f"prefix target {said!r} refused" if said else "the target wants a prefix target"
+    return (
+        f"{head} ({values}): set gnmi.prefix_target: {value} "
+        f"(in a gnmic file: subscriptions.<name>.target: {value})"
+    )
+
 
 def rpc_error(config: TargetConfig, method: str, exc: Any, timeout: float) -> Exception:
     """The southbound error for a failed gNMI RPC, with TLS mismatches said in words."""
@@ -33,6 +54,13 @@ def rpc_error(config: TargetConfig, method: str, exc: Any, timeout: float) -> Ex
     details = exc.details() if hasattr(exc, "details") else str(exc)
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
         return TargetAuthError(f"{method} refused: {details}", target=name)
+    if code in (
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INVALID_ARGUMENT,
+    ) and _wants_prefix_target(str(details)):
+        return CapabilityError(
+            f"{method} refused: {details}; {_prefix_target_advice(config)}", target=name
+        )
     if code is grpc.StatusCode.UNIMPLEMENTED:
         return CapabilityError(
             f"{method} is not implemented: {details} (a switch OS may need gnmi.prefix_target, "

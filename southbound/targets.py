@@ -309,6 +309,18 @@ class TargetDefaults(Strict):
     timeouts: dict[str, Any] | None = None
 
 
+def with_default_driver(data: Any, driver: str) -> Any:
+    """``data`` (a targets file, not yet validated) with ``driver`` for the targets that name
+    none (``c4p serve``'s ``fabric.source``). A gnmic file is left as it is: its targets are
+    gNMI ones, and it is read by the same code as ``c4p fabric discover`` reads it."""
+    if is_gnmic(data) or not isinstance(data, Mapping):
+        return data
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, Mapping) or defaults.get("driver") is not None:
+        return data
+    return {**data, "defaults": {**defaults, "driver": driver}}
+
+
 class TargetsFile(Strict):
     """The targets file: ``defaults`` and one entry per switch (names unique); or gnmic's
     target file (``targets`` a mapping, :mod:`southbound.gnmic`)."""

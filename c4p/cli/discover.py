@@ -15,8 +15,8 @@ from one end only) or the comparison found differences (the report says which); 
 unusable input (``error: <file>: <field>: <reason>``), as every c4p command. An empty or
 silently wrong fabric is the worst answer a controller can give, so doubt is never exit 0.
 
-The targets file may also be gnmic's target file (``targets:`` a mapping of
-``address/username/password/insecure/skip-verify/tls-ca/tls-cert/tls-key``).
+The targets file may also be gnmic's target file (``targets:`` a mapping), read as gnmic
+reads it and as ``c4p serve`` reads it (:mod:`southbound.gnmic`).
 
 Registered by :mod:`c4p.cli` as ``fabric discover``; :data:`discover_app` runs it on its own.
 """
