@@ -632,3 +632,35 @@ def test_one_uid_cannot_take_every_session(tmp_path: Path) -> None:
                     for c in mine:
                         c.close()
                     holder.kill()
+
+
+def test_frames_being_read_share_a_byte_budget() -> None:
+    """The agent reserves a frame's declared length before reading its payload; a frame that
+    would take the sessions together past the budget is refused (UNAVAILABLE) unread, and a
+    frame read in full gives its bytes back."""
+    import asyncio
+
+    from c4p.agent.local import read_message
+    from c4p.agent.local_sessions import Sessions
+
+    hello = wire.encode(wire.Hello("j" * 100, "t" * 500))
+    size = len(hello) - wire.HEADER.size
+
+    async def scenario() -> None:
+        budget = Sessions(limit=4, per_uid=4, budget=size + 100)
+        first, second = asyncio.StreamReader(), asyncio.StreamReader()
+        first.feed_data(hello[:-1])  # all but its last byte: its payload is being read
+        pending = asyncio.ensure_future(read_message(first, budget))
+        await asyncio.sleep(0)
+        assert budget.buffered == size
+        second.feed_data(hello)
+        with pytest.raises(WireError, match="budget") as caught:
+            await read_message(second, budget)
+        assert caught.value.code == Code.UNAVAILABLE
+        first.feed_data(hello[-1:])
+        assert isinstance(await pending, wire.Hello) and budget.buffered == 0
+        third = asyncio.StreamReader()
+        third.feed_data(hello)
+        assert isinstance(await read_message(third, budget), wire.Hello)
+
+    asyncio.run(scenario())
