@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import itertools
 import logging
 import os
 import socket
@@ -29,6 +30,7 @@ from pathlib import Path
 from c4p.agent.config import AgentConfig
 from c4p.agent.jobs import JobBook, JobView
 from c4p.agent.local_config import BindingsSection
+from c4p.agent.telemetry import TelemetryBook
 from c4p.agent.wire import (
     HEADER,
     VERSION,
@@ -37,6 +39,7 @@ from c4p.agent.wire import (
     Error,
     Hello,
     Message,
+    Report,
     Welcome,
     WireError,
     decode,
@@ -57,10 +60,14 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return int(pid), int(uid), int(gid)
 
 
-async def read_message(reader: asyncio.StreamReader) -> Message:
-    """One frame from a rank; ``WireError`` on a malformed or truncated one."""
+async def read_message(reader: asyncio.StreamReader, *, eof: bool = False) -> Message | None:
+    """One frame from a rank; ``WireError`` on a malformed or truncated one. With ``eof``, a
+    rank that closes between frames gives ``None``."""
     try:
-        header = parse_header(await reader.readexactly(HEADER.size))
+        first = await reader.read(1) if eof else b""
+        if eof and not first:
+            return None
+        header = parse_header(first + await reader.readexactly(HEADER.size - len(first)))
         payload = await reader.readexactly(header.length)
     except asyncio.IncompleteReadError as exc:
         raise WireError(Code.PROTOCOL, f"truncated frame ({len(exc.partial)} bytes)") from None
@@ -88,15 +95,21 @@ def _answers(path: Path) -> bool:
 class LocalServer:
     """Serves the ranks of this host (see the module docstring)."""
 
-    def __init__(self, config: AgentConfig, book: JobBook) -> None:
+    def __init__(
+        self, config: AgentConfig, book: JobBook, telemetry: TelemetryBook | None = None
+    ) -> None:
         if config.bindings is None:
             raise ValueError("bindings: the agent config has no bindings section")
         self.host = config.host
         self.config: BindingsSection = config.bindings
         self.book = book
+        self.telemetry = telemetry  # None: REPORT frames are read, counted and dropped
         self.server: asyncio.base_events.Server | None = None
         self.sessions = 0
         self.served = 0
+        self.reports = 0
+        self.reports_dropped = 0
+        self._numbers = itertools.count(1)
 
     async def start(self) -> None:
         cfg = self.config.socket
@@ -139,6 +152,7 @@ class LocalServer:
             if self.sessions > self.config.max_sessions:
                 raise WireError(Code.UNAVAILABLE, f"over {self.config.max_sessions} sessions")
             hello = await asyncio.wait_for(read_message(reader), _HELLO_TIMEOUT_S)
+            number = next(self._numbers)
             if not isinstance(hello, Hello):
                 raise WireError(Code.PROTOCOL, "the first message must be HELLO")
             view = await self.book.admit(hello.job_id, hello.token)
@@ -154,9 +168,15 @@ class LocalServer:
             view.listeners.add(listener)
             self.served += 1
             await writer.drain()
-            extra = await reader.read(1)  # nothing more is expected from a rank
-            if extra:
-                raise WireError(Code.PROTOCOL, "unexpected data after HELLO")
+            # After HELLO a rank only sends REPORT frames (its measurements), until it closes.
+            while (report := await read_message(reader, eof=True)) is not None:
+                if not isinstance(report, Report):
+                    raise WireError(Code.PROTOCOL, "only REPORT frames may follow HELLO")
+                self.reports += 1
+                if self.telemetry is None:
+                    self.reports_dropped += 1
+                else:
+                    self.telemetry.take(view.job_id, view.epoch, number, report)
         except WireError as exc:
             with contextlib.suppress(Exception):
                 writer.write(encode(Error(exc.code, str(exc))))
@@ -185,10 +205,11 @@ class BindingsSide:
 
     name = "bindings"
 
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(self, config: AgentConfig, telemetry: TelemetryBook | None = None) -> None:
         if config.bindings is None:
             raise ValueError("bindings: the agent config has no bindings section")
         self.config = config
+        self.telemetry = telemetry
         self.book: JobBook | None = None
         self.server: LocalServer | None = None
 
@@ -198,7 +219,7 @@ class BindingsSide:
             self.config.bindings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.book = JobBook(self.config)
             self.book.restore()
-            self.server = LocalServer(self.config, self.book)
+            self.server = LocalServer(self.config, self.book, self.telemetry)
             await self.server.start()
         except BaseException:
             await self.stop()  # not started: the daemon will not stop it, so undo here

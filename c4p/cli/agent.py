@@ -39,6 +39,7 @@ def agent_cmd(
     from c4p.agent.daemon import AgentDaemon, Component
     from c4p.agent.local import BindingsSide
     from c4p.agent.probers import prober_factory
+    from c4p.agent.telemetry import TelemetryBook
     from c4p.cli.common import fail, guarded
     from c4p.files import write_text
     from c4p.service import telemetry
@@ -50,9 +51,10 @@ def agent_cmd(
         return
     telemetry.configure("info", "json")
     components: list[Component] = []
+    book = TelemetryBook(settings.host)  # the ranks' reports, folded for the controller
     if settings.bindings is not None:
-        components.append(BindingsSide(settings))
-    daemon = AgentDaemon(settings, factory, components=components)
+        components.append(BindingsSide(settings, book))
+    daemon = AgentDaemon(settings, factory, components=components, telemetry=book)
 
     def ready() -> None:
         if ready_file is not None:

@@ -34,7 +34,9 @@ import grpc
 
 from c4p.agent.probe_wire import BlackHole, silent, spec_of, trace_from
 from c4p.api.v1 import agent_pb2 as pb
+from c4p.detector.summary import TelemetrySink
 from c4p.serve import AgentsConfig
+from c4p.service.agent_telemetry import BadTelemetry, from_pb
 from southbound.probing import IPv4, Probe, Trace
 from topology.errors import TopologyError
 from topology.model import Fabric
@@ -57,6 +59,7 @@ class _Session:
     number: int
     rate: float
     outbox: asyncio.Queue[pb.ControllerMessage | None] = field(default_factory=asyncio.Queue)
+    refusal: Refused | None = None  # set by the reader: the stream ends with this status
     waiting: dict[int, asyncio.Future[pb.ProbeResults]] = field(default_factory=dict)
 
     def close(self) -> None:
@@ -84,8 +87,12 @@ class AgentHub:
         *,
         client_names: bool = False,
         on_change: Callable[[str, bool], None] | None = None,
+        sink: TelemetrySink | None = None,
     ) -> None:
         self.fabric = fabric
+        self.sink = sink  # the detector; None: telemetry is counted and dropped
+        self.telemetry_accepted = 0
+        self.telemetry_dropped = 0
         self.config = config
         self.client_names = client_names
         self.on_change = on_change
@@ -226,10 +233,30 @@ class AgentHub:
                     future = session.waiting.pop(message.results.batch, None)
                     if future is not None and not future.done():
                         future.set_result(message.results)
+                elif message.HasField("telemetry"):
+                    self._telemetry(message.telemetry, session)
+                    if session.refusal is not None:
+                        break
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
         finally:
             session.close()
+
+    def _telemetry(self, message: pb.TelemetryReport, session: _Session) -> None:
+        """Check and hand one telemetry message to the sink (see :mod:`agent_telemetry`)."""
+        try:
+            report = from_pb(message, session.host)
+        except BadTelemetry as exc:
+            session.refusal = Refused(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            return
+        if self.sink is None:
+            self.telemetry_dropped += 1
+            return
+        self.telemetry_accepted += 1
+        try:
+            self.sink.accept(report)
+        except Exception:  # the detector's bug must not end the agent's session
+            log.exception("telemetry sink failed", extra={"event": "sink-failed"})
 
     async def _request(self, host: str, probes: Sequence[Probe]) -> pb.ProbeResults | None:
         with self._lock:
