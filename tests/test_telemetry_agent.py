@@ -250,3 +250,52 @@ def test_a_ranks_reports_reach_the_controllers_sink(tmp_path: Path) -> None:
                 assert any(p.job_id == "tele" for rep in sink.reports for p in rep.progress)
     finally:
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_a_bad_telemetry_field_ends_the_stream_with_invalid_argument(tmp_path: Path) -> None:
+    """Over real gRPC: an agent's telemetry naming another host is refused with the field."""
+    import queue
+
+    import grpc
+
+    fabric = spread_fabric()
+    here = hosts(fabric)[0]
+    short = Path(tempfile.mkdtemp(prefix=f"c4p-tb-{os.getpid()}-"))
+    try:
+        endpoint = f"unix:{short}/controller.sock"
+        listen = {"address": endpoint, "grace_s": 0.5}
+        with serving(fabric, tmp_path / "svc", agents=agents_section([here]), listen=listen) as svc:
+            hub = svc.runtime.agents if svc.runtime else None
+            assert hub is not None
+            outgoing: queue.Queue[pb.AgentMessage | None] = queue.Queue()
+
+            def requests() -> object:
+                while (message := outgoing.get(timeout=30)) is not None:
+                    yield message
+
+            with grpc.insecure_channel(endpoint) as channel:
+                connect = channel.stream_stream(
+                    "/c4p.v1.AgentService/Connect",
+                    request_serializer=lambda m: bytes(m.SerializeToString()),
+                    response_deserializer=pb.ControllerMessage.FromString,
+                )
+                outgoing.put(pb.AgentMessage(hello=pb.AgentHello(host=here)))
+                answers = connect(
+                    requests(), metadata=(("authorization", f"Bearer {AGENT_TOKEN}"),)
+                )
+                assert next(answers).HasField("welcome")
+                bad = pb.TelemetryReport(
+                    host=here, progress=[pb.TelemetryProgress(job_id="j", host="elsewhere")]
+                )
+                outgoing.put(pb.AgentMessage(telemetry=bad))
+                with pytest.raises(grpc.RpcError) as caught:
+                    for _ in answers:
+                        pass
+                outgoing.put(None)
+            assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+            assert caught.value.details() == (  # type: ignore[attr-defined]
+                f"telemetry.progress[0].host: 'elsewhere', but the report is from {here!r}"
+            )
+            assert hub.refused["INVALID_ARGUMENT"] == 1 and hub.telemetry_accepted == 0
+    finally:
+        shutil.rmtree(short, ignore_errors=True)

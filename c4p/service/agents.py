@@ -16,6 +16,11 @@ host, and with ``require_client_name`` the mTLS certificate's CN is the host
 address (``INVALID_ARGUMENT``). The welcome carries the fabric's address book (what the agent
 may probe) and the controller's rate; the agent uses the lower of its own and this one, and the
 hub sizes batches to about one second of it.
+
+The same stream carries the agent's ``telemetry`` (its ranks' collectives, folded per step):
+checked field by field (:mod:`c4p.service.agent_telemetry`; a bad field ends the stream with
+``INVALID_ARGUMENT`` naming it) and handed to the optional :class:`TelemetrySink` (the
+detector); without one it is counted and dropped.
 """
 
 from __future__ import annotations
@@ -213,6 +218,17 @@ class AgentHub:
                 if message is None:
                     break
                 yield message
+            if session.refusal is not None:  # the reader refused a message: say which field
+                self.refused[session.refusal.code.name] += 1
+                log.warning(
+                    "agent message refused",
+                    extra={
+                        "event": "refused",
+                        "host": hello.host,
+                        "reason": session.refusal.reason,
+                    },
+                )
+                await context.abort(session.refusal.code, session.refusal.reason)
         finally:
             reader.cancel()
             with self._lock:

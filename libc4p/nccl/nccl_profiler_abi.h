@@ -7,8 +7,9 @@
  * that matter are pinned by static assertions below (LP64), checked against the published
  * headers by hand, and the test driver builds its descriptors from this same file.
  *
- * v4: NCCL 2.26-2.27 (init carries the communicator's name and hash).
- * v5: NCCL 2.28+ (the event type widens to 64 bits, new API-level events we do not enable). */
+ * v4: the newest in NCCL 2.27.3 (init carries the communicator's name and hash).
+ * v5: from NCCL 2.28.3 (the event type widens to 64 bits; API-level events, not enabled here);
+ *     NCCL 2.29 looks for v6 first, then v5. */
 #ifndef C4P_NCCL_PROFILER_ABI_H
 #define C4P_NCCL_PROFILER_ABI_H
 
