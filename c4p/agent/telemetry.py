@@ -52,6 +52,9 @@ class Limits:
     max_steps_per_report: int = 256
 
 
+_Key = tuple[str, int, int, int, int]  # a ConnectionKey's fields
+
+
 @dataclass
 class _Step:
     collective: str = ""
@@ -60,8 +63,8 @@ class _Step:
     arrived: dict[int, int] = field(default_factory=dict)  # rank -> t
     compute: dict[int, int] = field(default_factory=dict)  # rank -> ns since its last completion
     completed: dict[int, int] = field(default_factory=dict)
-    intervals: dict[ConnectionKey, list[tuple[int, int]]] = field(default_factory=dict)
-    moved: dict[ConnectionKey, list[int]] = field(default_factory=dict)  # [bytes, transfers]
+    intervals: dict[_Key, list[tuple[int, int]]] = field(default_factory=dict)
+    moved: dict[_Key, list[int]] = field(default_factory=dict)  # [bytes, transfers]
     touched_ns: int = 0
 
 
@@ -84,7 +87,7 @@ class _Job:
     job_id: str
     steps: dict[tuple[str, int], _Step] = field(default_factory=dict)  # insertion = age
     ranks: dict[tuple[str, int], _Rank] = field(default_factory=dict)
-    connections: dict[ConnectionKey, _Connection] = field(default_factory=dict)
+    connections: dict[_Key, _Connection] = field(default_factory=dict)
     ring_dropped: dict[int, int] = field(default_factory=dict)  # session -> cumulative
     dropped: int = 0  # since the last progress report
     progress_due_ns: int = 0
@@ -170,8 +173,11 @@ class TelemetryBook:
                 step.completed[event.rank] = event.t_ns
                 rank.last_completed = max(rank.last_completed, event.step)
                 rank.completed_ns = event.t_ns
+        # The transfers, with the lookups hoisted: thousands per frame. Connections are keyed by
+        # plain tuples here (a dataclass's generated hash is several times slower).
+        last_id: tuple[str, int] | None = None
+        current: _Step | None = None
         for t in report.transfers:
-            self.samples += 1
             number = t.step
             if number == STEP_UNKNOWN:  # attribute by time: the src rank's latest call
                 known = job.ranks.get((t.communicator, t.src_rank))
@@ -180,7 +186,7 @@ class TelemetryBook:
                     self.dropped += 1
                     continue
                 number = known.last_arrived
-            key = ConnectionKey(t.communicator, t.src_rank, t.dst_rank, t.channel, t.qp)
+            key = t[:5]
             conn = job.connections.get(key)
             if conn is None:
                 if len(job.connections) >= self.limits.max_connections:
@@ -189,12 +195,19 @@ class TelemetryBook:
                     continue
                 conn = job.connections[key] = _Connection()
             conn.bytes_total += t.bytes
-            conn.last_end_ns = max(conn.last_end_ns, t.end_ns)
-            step = self._step(job, t.communicator, number, plan_epoch, now)
-            if step is None:
+            if t.end_ns > conn.last_end_ns:
+                conn.last_end_ns = t.end_ns
+            if (t.communicator, number) != last_id:
+                last_id = (t.communicator, number)
+                current = self._step(job, t.communicator, number, plan_epoch, now)
+                if current is not None:
+                    current.touched_ns = now
+            if current is None:
                 continue
-            step.touched_ns = now
-            spans = step.intervals.setdefault(key, [])
+            spans = current.intervals.get(key)
+            if spans is None:
+                spans = current.intervals[key] = []
+                current.moved[key] = [0, 0]
             spans.append((t.start_ns, t.end_ns))
             if len(spans) > self.limits.max_intervals:
                 spans[:] = _merged(spans)
@@ -203,9 +216,10 @@ class TelemetryBook:
                     job.dropped += 1
                     self.dropped += 1
                     continue
-            moved = step.moved.setdefault(key, [0, 0])
+            moved = current.moved[key]
             moved[0] += t.bytes
             moved[1] += 1
+        self.samples += len(report.transfers)
 
     def _rank(self, job: _Job, comm: str, number: int) -> _Rank | None:
         rank = job.ranks.get((comm, number))
@@ -245,7 +259,7 @@ class TelemetryBook:
             if rank in step.completed
         )
         connections = tuple(
-            ConnectionStep(key, moved[0], busy_ns(step.intervals.get(key, [])), moved[1])
+            ConnectionStep(ConnectionKey(*key), moved[0], busy_ns(step.intervals[key]), moved[1])
             for key, moved in sorted(step.moved.items())
         )
         self.finished.append(
@@ -289,7 +303,7 @@ class TelemetryBook:
                 )
             )
         connections = tuple(
-            ConnectionProgress(key, c.bytes_total, max(now - c.last_end_ns, 0))
+            ConnectionProgress(ConnectionKey(*key), c.bytes_total, max(now - c.last_end_ns, 0))
             for key, c in sorted(job.connections.items())
         )
         dropped, job.dropped = job.dropped, 0

@@ -333,26 +333,22 @@ class _Reader:
             comms[ident] = self.text(MAX_NAME, "communicator")
         colls = [self.text(MAX_NAME, "collective") for _ in range(self.u("H", "collective count"))]
 
-        def comm(ident: int) -> str:
-            try:
-                return comms[ident]
-            except KeyError:
-                raise WireError(Code.PROTOCOL, f"communicator id {ident} not in frame") from None
-
-        transfers = []
-        for c, src, dst, ch, qp, step, size, start, end in self.records(_TRANSFER, "transfer"):
-            if end < start:
-                raise WireError(Code.PROTOCOL, f"transfer: end_ns {end} before start_ns {start}")
-            transfers.append(Transfer(comm(c), src, dst, ch, qp, step, size, start, end))
-        arrivals = []
-        for c, rank, step, coll, size, t in self.records(_ARRIVE, "arrival"):
-            if coll >= len(colls):
-                raise WireError(Code.PROTOCOL, f"collective id {coll} not in the frame")
-            arrivals.append(Arrive(comm(c), rank, step, colls[coll], size, t))
-        completions = [
-            Complete(comm(c), rank, step, t)
-            for c, rank, step, t in self.records(_COMPLETE, "completion")
+        rows = self.records(_TRANSFER, "transfer")
+        arrive_rows = self.records(_ARRIVE, "arrival")
+        complete_rows = self.records(_COMPLETE, "completion")
+        # Checked in bulk, then built in comprehensions: a frame carries thousands of records.
+        used = {r[0] for r in rows} | {r[0] for r in arrive_rows} | {r[0] for r in complete_rows}
+        if missing := used - comms.keys():
+            raise WireError(Code.PROTOCOL, f"communicator id {min(missing)} not in frame")
+        if bad := next((r for r in rows if r[8] < r[7]), None):
+            raise WireError(Code.PROTOCOL, f"transfer: end_ns {bad[8]} before start_ns {bad[7]}")
+        if bad := next((r for r in arrive_rows if r[3] >= len(colls)), None):
+            raise WireError(Code.PROTOCOL, f"collective id {bad[3]} not in the frame")
+        transfers = [Transfer(comms[r[0]], *r[1:]) for r in rows]
+        arrivals = [
+            Arrive(comms[c], rank, step, colls[k], n, t) for c, rank, step, k, n, t in arrive_rows
         ]
+        completions = [Complete(comms[r[0]], *r[1:]) for r in complete_rows]
         return Report(dropped, tuple(transfers), tuple(arrivals), tuple(completions))
 
     def end(self) -> None:
