@@ -15,6 +15,7 @@ from agent_cases import AGENT_TOKEN, agents_section, real_network
 from libc4p_cases import Rank, agent, build_libc4p, ranks
 from service_cases import hosts, serving, spread_fabric, wait_until
 
+from c4p.agent import wire
 from c4p.agent.telemetry import Limits, TelemetryBook, busy_ns, report_pb
 from c4p.agent.wire import STEP_UNKNOWN, Arrive, Complete, Report, Transfer
 from c4p.api.v1 import agent_pb2 as pb
@@ -299,3 +300,25 @@ def test_a_bad_telemetry_field_ends_the_stream_with_invalid_argument(tmp_path: P
             assert hub.refused["INVALID_ARGUMENT"] == 1 and hub.telemetry_accepted == 0
     finally:
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_an_agent_over_its_budget_counts_frames_it_drops_unread() -> None:
+    book, clock = _book(max_samples_per_s=100)
+    book.take("job", 1, 1, Report(0))  # the job exists
+    assert book.admit("job", 60)
+    assert not book.admit("job", 60)  # 40 left: dropped whole, counted
+    clock.now += 500 * MS  # +50
+    assert book.admit("job", 60) and book.dropped == 60
+    report = book.collect()
+    assert report is not None and report.progress[0].dropped == 60
+    frame = wire.encode(
+        Report(
+            9,
+            (Transfer("dp", 0, 1, 0, 0, 1, 1, 1, 2),) * 3,
+            (Arrive("dp", 0, 1, "x", 1, 1),),
+            (Complete("dp", 0, 1, 2),) * 2,
+        )
+    )
+    assert wire.report_samples(frame[wire.HEADER.size :]) == 6
+    with pytest.raises(wire.WireError):
+        wire.report_samples(frame[wire.HEADER.size : -1])

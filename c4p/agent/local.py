@@ -37,14 +37,17 @@ from c4p.agent.wire import (
     BindingSet,
     Code,
     Error,
+    Header,
     Hello,
     Message,
+    MsgType,
     Report,
     Welcome,
     WireError,
     decode,
     encode,
     parse_header,
+    report_samples,
 )
 
 log = logging.getLogger("c4p.agent.local")
@@ -60,9 +63,11 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return int(pid), int(uid), int(gid)
 
 
-async def read_message(reader: asyncio.StreamReader, *, eof: bool = False) -> Message | None:
-    """One frame from a rank; ``WireError`` on a malformed or truncated one. With ``eof``, a
-    rank that closes between frames gives ``None``."""
+async def read_frame(
+    reader: asyncio.StreamReader, *, eof: bool = False
+) -> tuple[Header, bytes] | None:
+    """One frame's checked header and payload; ``WireError`` on a malformed or truncated one.
+    With ``eof``, a rank that closes between frames gives ``None``."""
     try:
         first = await reader.read(1) if eof else b""
         if eof and not first:
@@ -76,7 +81,14 @@ async def read_message(reader: asyncio.StreamReader, *, eof: bool = False) -> Me
             Code.VERSION,
             f"the library speaks wire version {header.version}, this agent version {VERSION}",
         )
-    return decode(header, payload)
+    return header, payload
+
+
+async def read_message(reader: asyncio.StreamReader) -> Message:
+    """One frame from a rank, decoded; ``WireError`` on a malformed or truncated one."""
+    frame = await read_frame(reader)
+    assert frame is not None
+    return decode(*frame)
 
 
 def _answers(path: Path) -> bool:
@@ -169,14 +181,17 @@ class LocalServer:
             self.served += 1
             await writer.drain()
             # After HELLO a rank only sends REPORT frames (its measurements), until it closes.
-            while (report := await read_message(reader, eof=True)) is not None:
-                if not isinstance(report, Report):
+            while (frame := await read_frame(reader, eof=True)) is not None:
+                if frame[0].type != MsgType.REPORT:
                     raise WireError(Code.PROTOCOL, "only REPORT frames may follow HELLO")
                 self.reports += 1
-                if self.telemetry is None:
-                    self.reports_dropped += 1
-                else:
-                    self.telemetry.take(view.job_id, view.epoch, number, report)
+                book = self.telemetry
+                if book is None or not book.admit(view.job_id, report_samples(frame[1])):
+                    self.reports_dropped += 1  # read (the rank never waits), not folded
+                    continue
+                report = decode(*frame)
+                assert isinstance(report, Report)
+                book.take(view.job_id, view.epoch, number, report)
         except WireError as exc:
             with contextlib.suppress(Exception):
                 writer.write(encode(Error(exc.code, str(exc))))

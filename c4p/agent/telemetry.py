@@ -50,6 +50,10 @@ class Limits:
     max_finished: int = 4_096  # closed steps waiting for the controller
     progress_every_ns: int = 1_000_000_000
     max_steps_per_report: int = 256
+    # What the agent folds per second at most (a token bucket holding one second): beyond it a
+    # REPORT frame is counted and dropped unread, so a flood of samples costs the agent's event
+    # loop (which also serves bindings and the controller stream) a bounded share of a core.
+    max_samples_per_s: int = 50_000
 
 
 _Key = tuple[str, int, int, int, int]  # a ConnectionKey's fields
@@ -128,11 +132,29 @@ class TelemetryBook:
         self.clock = clock
         self.jobs: dict[str, _Job] = {}
         self.finished: deque[StepSummary] = deque()
+        self._tokens = float(self.limits.max_samples_per_s)
+        self._filled_ns = clock()
         self.samples = 0  # taken from ranks
         self.dropped = 0  # by the agent (over a bound), since it started
         self.ring_dropped = 0  # reported by the ranks' rings, since the agent started
 
     # -- taking samples ----------------------------------------------------------------------
+
+    def admit(self, job_id: str, samples: int) -> bool:
+        """Whether a frame of ``samples`` fits the budget now; if not, it is counted as dropped
+        (for the job's next progress report) and the caller drops it unread."""
+        now = self.clock()
+        rate = self.limits.max_samples_per_s
+        self._tokens = min(float(rate), self._tokens + (now - self._filled_ns) * rate / 1e9)
+        self._filled_ns = now
+        if samples <= self._tokens:
+            self._tokens -= samples
+            return True
+        self.dropped += samples
+        job = self.jobs.get(job_id)
+        if job is not None:
+            job.dropped += samples
+        return False
 
     def take(self, job_id: str, plan_epoch: int, session: int, report: Report) -> None:
         """Fold one REPORT frame of one rank session (``session``: the agent's id for it)."""

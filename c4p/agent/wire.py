@@ -356,6 +356,25 @@ class _Reader:
             raise WireError(Code.PROTOCOL, f"{len(self.data) - self.at} bytes after the message")
 
 
+def report_samples(payload: bytes) -> int:
+    """How many samples a REPORT payload carries, read from its counts alone (no record is
+    decoded): what an overloaded agent counts when it drops a frame unread."""
+    r = _Reader(payload)
+    r.take(8, "dropped")
+    for _ in range(r.u("H", "communicator count")):
+        r.take(4, "communicator id")
+        r.text(MAX_NAME, "communicator")
+    for _ in range(r.u("H", "collective count")):
+        r.text(MAX_NAME, "collective")
+    total = 0
+    for shape, what in ((_TRANSFER, "transfer"), (_ARRIVE, "arrival"), (_COMPLETE, "completion")):
+        count = r.u("I", f"{what} count")
+        r.take(count * shape.size, what)
+        total += count
+    r.end()
+    return total
+
+
 def decode(header: Header, payload: bytes) -> Message:
     """The message of a frame whose header was checked; ``WireError`` on anything malformed."""
     if header.version != VERSION:
