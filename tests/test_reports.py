@@ -181,3 +181,59 @@ def test_every_sample_is_delivered_or_counted_as_dropped(tmp_path: Path, sanitiz
         assert steps == sorted(steps)
     with suppress(OSError):
         sock.unlink()
+
+
+def test_an_agent_that_refuses_reports_makes_the_library_drop_them(tmp_path: Path) -> None:
+    """An agent older than reports answers the first REPORT with a protocol error and closes:
+    the library reconnects, keeps its session, and from then on counts its reports as dropped
+    instead of sending them (no reconnect loop)."""
+    sock = tmp_path / "old.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(sock))
+    server.listen(2)
+    server.settimeout(60)
+    later: list[bytes] = []
+
+    def serve() -> None:
+        with server:
+            conn, _ = server.accept()
+            with conn:
+                conn.settimeout(10)
+                conn.recv(4096)
+                conn.sendall(wire.encode(wire.Welcome("h0", False)))
+                conn.recv(1 << 16)  # the first REPORT
+                conn.sendall(wire.encode(wire.Error(wire.Code.PROTOCOL, "unexpected data")))
+            conn, _ = server.accept()
+            with conn:
+                conn.settimeout(3)
+                conn.recv(4096)
+                conn.sendall(wire.encode(wire.Welcome("h0", False)))
+                with suppress(OSError):
+                    while chunk := conn.recv(1 << 16):
+                        later.append(chunk)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    with ranks(Rank(*_args(sock))) as (r,):
+        assert r.open_code == 0
+        r.send("comm dp")
+        assert r.expect("comm")[2] == "0"
+        _ok(r, "transfer 0 0 1 0 0 1 10 1 2")
+        r.send("flush 5000")
+        assert r.expect("flush") == ["flush", "0"]
+
+        def reconnected() -> bool:
+            r.send("status")
+            return r.expect("status")[3] == "1"
+
+        time.sleep(0.3)
+        deadline = time.monotonic() + 20
+        while not reconnected() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _ok(r, "transfer 0 0 1 0 0 2 10 3 4")
+        r.send("flush 5000")
+        assert r.expect("flush") == ["flush", "0"]
+        r.send("rstats")
+        assert r.expect("rstats") == ["rstats", "2", "1", "1"]
+    thread.join(30)
+    assert later == []  # nothing more was sent to an agent that does not take reports
