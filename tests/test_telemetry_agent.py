@@ -247,6 +247,12 @@ def test_a_ranks_reports_reach_the_controllers_sink(tmp_path: Path) -> None:
                 (ConnectionKey("dp", 1, 0, 3, 0), 4096, 100_000),
             ]
             assert hub.telemetry_accepted >= 1
+            assert svc.runtime is not None
+            registry = svc.runtime.metrics.registry
+            accepted = registry.get_sample_value(
+                "c4p_agent_telemetry_total", {"outcome": "accepted"}
+            )
+            assert accepted is not None and accepted >= 1
             with sink.lock:
                 assert any(p.job_id == "tele" for rep in sink.reports for p in rep.progress)
     finally:
@@ -298,6 +304,11 @@ def test_a_bad_telemetry_field_ends_the_stream_with_invalid_argument(tmp_path: P
                 f"telemetry.progress[0].host: 'elsewhere', but the report is from {here!r}"
             )
             assert hub.refused["INVALID_ARGUMENT"] == 1 and hub.telemetry_accepted == 0
+            assert svc.runtime is not None
+            refused = svc.runtime.metrics.registry.get_sample_value(
+                "c4p_agent_telemetry_total", {"outcome": "refused"}
+            )
+            assert refused == 1
     finally:
         shutil.rmtree(short, ignore_errors=True)
 

@@ -42,6 +42,7 @@ from c4p.api.v1 import agent_pb2 as pb
 from c4p.detector.summary import TelemetrySink
 from c4p.serve import AgentsConfig
 from c4p.service.agent_telemetry import BadTelemetry, from_pb
+from c4p.service.telemetry import Metrics
 from southbound.probing import IPv4, Probe, Trace
 from topology.errors import TopologyError
 from topology.model import Fabric
@@ -98,6 +99,7 @@ class AgentHub:
         self.sink = sink  # the detector; None: telemetry is counted and dropped
         self.telemetry_accepted = 0
         self.telemetry_dropped = 0
+        self.metrics: Metrics | None = None  # set by the runtime: c4p_agent_telemetry_total
         self.config = config
         self.client_names = client_names
         self.on_change = on_change
@@ -264,15 +266,22 @@ class AgentHub:
             report = from_pb(message, session.host)
         except BadTelemetry as exc:
             session.refusal = Refused(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            self._count("refused")
             return
         if self.sink is None:
             self.telemetry_dropped += 1
+            self._count("dropped")
             return
         self.telemetry_accepted += 1
+        self._count("accepted")
         try:
             self.sink.accept(report)
         except Exception:  # the detector's bug must not end the agent's session
             log.exception("telemetry sink failed", extra={"event": "sink-failed"})
+
+    def _count(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.agent_telemetry.labels(outcome=outcome).inc()
 
     async def _request(self, host: str, probes: Sequence[Probe]) -> pb.ProbeResults | None:
         with self._lock:
