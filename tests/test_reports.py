@@ -147,7 +147,7 @@ def test_a_static_session_does_not_report(tmp_path: Path) -> None:
         assert r.expect("comm")[2] == "12"  # C4P_ENOTSUP: there is no agent to report to
 
 
-@pytest.mark.parametrize("sanitizer", ["", "tsan"])
+@pytest.mark.parametrize("sanitizer", ["", "tsan", "asan"])
 def test_every_sample_is_delivered_or_counted_as_dropped(tmp_path: Path, sanitizer: str) -> None:
     """Four threads report 100,000 transfers while the agent is stuck: the ring fills and drops,
     the frame cut by the stall is lost and counted, and the session comes back by itself."""

@@ -87,7 +87,7 @@ def test_a_step_folds_two_ranks_and_their_connections() -> None:
 
 
 def test_progress_shows_a_rank_inside_a_call_and_the_drops() -> None:
-    book, clock = _book(progress_every_ns=1000 * MS)
+    book, clock = _book(progress_every_ns=1000 * MS, forget_after_ns=600_000 * MS)
     clock.now = 10 * MS
     book.take("job", 1, 1, Report(5, (), (Arrive("dp", 0, 0, "AllReduce", 8, 10 * MS),), ()))
     book.take(
@@ -108,6 +108,7 @@ def test_progress_shows_a_rank_inside_a_call_and_the_drops() -> None:
     assert (outside.rank, outside.inside_ns, outside.idle_ns) == (1, 0, 480 * MS)
     assert book.collect(600 * MS) is None  # the next progress is due at 1.5 s
     assert book.collect(1500 * MS) is not None
+    assert book.collect(700_000 * MS) is None and not book.jobs  # idle 10 min: forgotten
 
 
 def test_open_steps_are_bounded_and_the_evicted_are_counted() -> None:
@@ -115,7 +116,7 @@ def test_open_steps_are_bounded_and_the_evicted_are_counted() -> None:
     for step in range(10):  # a rank that arrives and never completes
         book.take("job", 1, 1, Report(0, (), (Arrive("dp", 0, step, "x", 1, step),), ()))
     assert len(book.jobs["job"].steps) == 4
-    report = book.collect(10**12)
+    report = book.collect(10**9)
     assert report is not None and report.progress[0].dropped == 6
 
 
@@ -132,7 +133,7 @@ def test_the_conversion_round_trips_and_every_bad_field_is_named() -> None:
             (Complete("dp", 0, 0, 3),),
         ),
     )
-    report = book.collect(10**12)
+    report = book.collect(10**9)
     assert report is not None and report.steps and report.progress
     message = report_pb(report)
     assert from_pb(pb.TelemetryReport.FromString(message.SerializeToString()), "h0") == report

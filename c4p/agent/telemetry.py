@@ -54,6 +54,7 @@ class Limits:
     # REPORT frame is counted and dropped unread, so a flood of samples costs the agent's event
     # loop (which also serves bindings and the controller stream) a bounded share of a core.
     max_samples_per_s: int = 50_000
+    forget_after_ns: int = 600_000_000_000  # a job with no sample for this long is forgotten
 
 
 _Key = tuple[str, int, int, int, int]  # a ConnectionKey's fields
@@ -95,6 +96,7 @@ class _Job:
     ring_dropped: dict[int, int] = field(default_factory=dict)  # session -> cumulative
     dropped: int = 0  # since the last progress report
     progress_due_ns: int = 0
+    seen_ns: int = 0  # when its last frame came
 
 
 def busy_ns(intervals: list[tuple[int, int]]) -> int:
@@ -165,13 +167,16 @@ class TelemetryBook:
                     len(report.transfers) + len(report.arrivals) + len(report.completions)
                 )
                 return
-            job = self.jobs[job_id] = _Job(job_id, progress_due_ns=self.clock())
+            job = self.jobs[job_id] = _Job(
+                job_id, progress_due_ns=self.clock(), seen_ns=self.clock()
+            )
         before = job.ring_dropped.get(session, 0)
         if report.dropped > before:
             job.dropped += report.dropped - before
             self.ring_dropped += report.dropped - before
             job.ring_dropped[session] = report.dropped
         now = self.clock()
+        job.seen_ns = now
         # Arrivals and completions in time order: a rank's compute gap is measured from its
         # previous completion (the frame lists them by kind, not by time).
         events: list[Arrive | Complete] = [*report.arrivals, *report.completions]
@@ -335,11 +340,14 @@ class TelemetryBook:
         """What to send now: closed steps (at most ``max_steps_per_report``) and the progress
         of every job whose period is due; ``None`` when there is nothing."""
         now = self.clock() if now is None else now
+        forget = self.limits.forget_after_ns
         self.close_steps(now)
         steps: list[StepSummary] = []
         while self.finished and len(steps) < self.limits.max_steps_per_report:
             steps.append(self.finished.popleft())
         progress: list[ProgressReport] = []
+        for job_id in [j for j, job in self.jobs.items() if now - job.seen_ns > forget]:
+            del self.jobs[job_id]  # its ranks are gone (a job that ended): bounded memory
         for job_id, job in self.jobs.items():
             if now >= job.progress_due_ns:
                 job.progress_due_ns = now + self.limits.progress_every_ns

@@ -51,7 +51,9 @@ def agent_cmd(
         return
     telemetry.configure("info", "json")
     components: list[Component] = []
-    book = TelemetryBook(settings.host)  # the ranks' reports, folded for the controller
+    # The ranks' reports, folded for the controller: only with a controller session to send them
+    # on (a bindings-only agent reads its ranks' REPORT frames and drops them, counted).
+    book = TelemetryBook(settings.host) if settings.ports else None
     if settings.bindings is not None:
         components.append(BindingsSide(settings, book))
     daemon = AgentDaemon(settings, factory, components=components, telemetry=book)
