@@ -8,7 +8,11 @@
  *  - a proxy step of a send operation: from the moment its data is handed to the network
  *    (SendWait, with its size) to its stop -> c4p_report_transfer on the connection
  *    (communicator, rank -> peer, channel, QP 0), step = s. Receives are not reported: the
- *    sender reports each connection once.
+ *    sender reports each connection once. NCCL keeps several steps of an operation in flight,
+ *    so steps whose intervals overlap are merged into one transfer (their bytes summed, the
+ *    union of their intervals kept exactly): a busy connection costs one report per run of
+ *    back-to-back steps (at most 10 ms long, so a long run still shows progress) instead of
+ *    one per step.
  * Calls that never touch the network on this rank (NVLink/SHM only) are not reported.
  *
  * Never in NCCL's way: every event object comes from pools allocated at init (a full pool
@@ -33,6 +37,7 @@
 #define COLLS 1024
 #define OPS 4096
 #define STEPS 16384
+#define RUN_MAX_NS 10000000ull /* a run of merged steps is reported at least every 10 ms */
 
 enum { OBJ_COLL = 0xC1, OBJ_OP = 0xC2, OBJ_STEP = 0xC3 };
 
@@ -54,6 +59,8 @@ typedef struct op_ev {
   coll_ev *coll; /* NULL: not ours to follow (another process's, under PXN) */
   uint64_t seq;
   int rank, peer, channel, is_send;
+  uint64_t run_start, run_end, run_bytes; /* overlapping steps merged (the proxy thread's) */
+  int run_open;
 } op_ev;
 
 typedef struct step_ev {
@@ -311,6 +318,8 @@ static c4p_nccl_result start(ctx *c, void **handle, uint64_t type, void *parent,
     e->peer = op->peer;
     e->channel = op->channelId;
     e->is_send = op->isSend;
+    e->run_start = e->run_end = e->run_bytes = 0;
+    e->run_open = 0;
     *handle = e;
   } else if (type == C4P_NCCL_EV_PROXY_STEP) {
     op_ev *owner = parent;
@@ -337,6 +346,15 @@ static c4p_nccl_result start_v5(void *context, void **handle, c4p_nccl_descr_v5 
   return start(context, handle, d->type, d->parentObj, d->rank, &d->coll, &d->proxyOp);
 }
 
+/* Report the operation's current run of merged steps, if any. */
+static void flush_run(op_ev *op) {
+  if (!op->run_open) return;
+  c4p_report_transfer(session, op->c->comm, (uint32_t)op->rank, (uint32_t)op->peer,
+                      (uint32_t)op->channel, 0, op->seq, op->run_bytes, op->run_start,
+                      op->run_end);
+  op->run_open = 0;
+}
+
 static c4p_nccl_result stop(void *handle) {
   if (handle == NULL) return C4P_NCCL_SUCCESS;
   uint8_t kind = *(uint8_t *)handle;
@@ -344,15 +362,27 @@ static c4p_nccl_result stop(void *handle) {
     release(handle); /* NCCL is done with it; its proxy operations may still run */
   } else if (kind == OBJ_OP) {
     op_ev *e = handle;
+    flush_run(e); /* before the completion below: the transfers precede it */
     if (e->coll != NULL) release(e->coll);
     push(&e->c->ops, e);
   } else if (kind == OBJ_STEP) {
     step_ev *e = handle;
     op_ev *op = e->op;
-    if (op->is_send && e->start_ns != 0)
-      c4p_report_transfer(session, op->c->comm, (uint32_t)op->rank, (uint32_t)op->peer,
-                          (uint32_t)op->channel, 0, op->seq, e->bytes, e->start_ns,
-                          c4p_now_ns());
+    if (op->is_send && e->start_ns != 0) {
+      uint64_t end = c4p_now_ns();
+      if (op->run_open && e->start_ns <= op->run_end) { /* overlaps the run: extend it */
+        if (e->start_ns < op->run_start) op->run_start = e->start_ns;
+        if (end > op->run_end) op->run_end = end;
+        op->run_bytes += e->bytes;
+        if (op->run_end - op->run_start >= RUN_MAX_NS) flush_run(op); /* keep reports timely */
+      } else {
+        flush_run(op);
+        op->run_open = 1;
+        op->run_start = e->start_ns;
+        op->run_end = end;
+        op->run_bytes = e->bytes;
+      }
+    }
     push(&op->c->steps, e);
   }
   return C4P_NCCL_SUCCESS;
