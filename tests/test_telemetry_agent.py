@@ -334,3 +334,17 @@ def test_an_agent_over_its_budget_counts_frames_it_drops_unread() -> None:
     assert wire.report_samples(frame[wire.HEADER.size :]) == 6
     with pytest.raises(wire.WireError):
         wire.report_samples(frame[wire.HEADER.size : -1])
+
+
+def test_one_message_stays_within_its_entry_budget() -> None:
+    book, clock = _book(max_entries_per_report=10)
+    for step in range(3):  # three steps of 2 ranks and 4 connections: 6 entries each
+        transfers = tuple(Transfer("dp", 0, d, 0, 0, step, 1, 1, 2) for d in range(1, 5))
+        arrivals = (Arrive("dp", 0, step, "x", 1, 0), Arrive("dp", 1, step, "x", 1, 0))
+        done = (Complete("dp", 0, step, 3), Complete("dp", 1, step, 3))
+        book.take("job", 1, 1, Report(0, transfers, arrivals, done))
+    clock.now = 10**9
+    sizes = []
+    while (report := book.collect()) is not None:
+        sizes.append((len(report.steps), len(report.progress)))
+    assert sizes == [(1, 0), (1, 0), (1, 0), (0, 1)]  # the progress alone is 6 entries

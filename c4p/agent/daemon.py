@@ -262,7 +262,10 @@ class ControllerSession:
         progress) as one message: at most 1 / TELEMETRY_INTERVAL_S messages a second, however
         fast the ranks report; what piles up meanwhile is bounded (and counted) by the book."""
         assert self.telemetry is not None
-        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        # The stream ending under a write ends this task; the session notices it by itself.
+        with contextlib.suppress(
+            grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError
+        ):
             while True:
                 await asyncio.sleep(TELEMETRY_INTERVAL_S)
                 report = self.telemetry.collect()

@@ -50,6 +50,7 @@ class Limits:
     max_finished: int = 4_096  # closed steps waiting for the controller
     progress_every_ns: int = 1_000_000_000
     max_steps_per_report: int = 256
+    max_entries_per_report: int = 50_000  # ranks + connections in one message
     # What the agent folds per second at most (a token bucket holding one second): beyond it a
     # REPORT frame is counted and dropped unread, so a flood of samples costs the agent's event
     # loop (which also serves bindings and the controller stream) a bounded share of a core.
@@ -338,20 +339,29 @@ class TelemetryBook:
 
     def collect(self, now: int | None = None) -> TelemetryReport | None:
         """What to send now: closed steps (at most ``max_steps_per_report``) and the progress
-        of every job whose period is due; ``None`` when there is nothing."""
+        of every job whose period is due, within ``max_entries_per_report`` ranks and
+        connections (one gRPC message stays well under its 4 MiB limit; what does not fit goes
+        in the next one); ``None`` when there is nothing."""
         now = self.clock() if now is None else now
-        forget = self.limits.forget_after_ns
+        forget, budget = self.limits.forget_after_ns, self.limits.max_entries_per_report
         self.close_steps(now)
         steps: list[StepSummary] = []
+        entries = 0
         while self.finished and len(steps) < self.limits.max_steps_per_report:
+            size = len(self.finished[0].ranks) + len(self.finished[0].connections)
+            if steps and entries + size > budget:
+                break
+            entries += size
             steps.append(self.finished.popleft())
         progress: list[ProgressReport] = []
         for job_id in [j for j, job in self.jobs.items() if now - job.seen_ns > forget]:
             del self.jobs[job_id]  # its ranks are gone (a job that ended): bounded memory
         for job_id, job in self.jobs.items():
-            if now >= job.progress_due_ns:
+            size = len(job.ranks) + len(job.connections)
+            if now >= job.progress_due_ns and (entries + size <= budget or not steps + progress):
                 job.progress_due_ns = now + self.limits.progress_every_ns
                 progress.append(self._progress(job_id, job, now))
+                entries += size
         if not steps and not progress:
             return None
         return TelemetryReport(self.host, tuple(steps), tuple(progress))

@@ -261,7 +261,8 @@ class AgentHub:
             session.close()
 
     def _telemetry(self, message: pb.TelemetryReport, session: _Session) -> None:
-        """Check and hand one telemetry message to the sink (see :mod:`agent_telemetry`)."""
+        """Check and hand one telemetry message to the sink (see :mod:`agent_telemetry`).
+        Runs on the service's event loop: the sink must take the report and return at once."""
         try:
             report = from_pb(message, session.host)
         except BadTelemetry as exc:
