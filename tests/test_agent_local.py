@@ -49,7 +49,31 @@ bodies = st.builds(
     st.lists(bindings, max_size=5).map(tuple),
     st.lists(keys, max_size=5).map(tuple),
 )
+u64 = st.integers(0, 2**64 - 1)
+reports = st.builds(
+    wire.Report,
+    u64,
+    st.lists(
+        st.builds(
+            lambda c, k, step, size, start, span: wire.Transfer(
+                c, *k, step, size, start, start + span
+            ),
+            names,
+            st.tuples(u32, u32, u32, u32),
+            u64,
+            u64,
+            st.integers(0, 2**63),
+            st.integers(0, 2**63 - 1),
+        ),
+        max_size=4,
+    ).map(tuple),
+    st.lists(
+        st.builds(wire.Arrive, names, u32, u64, names | st.just(""), u64, u64), max_size=4
+    ).map(tuple),
+    st.lists(st.builds(wire.Complete, names, u32, u64, u64), max_size=4).map(tuple),
+)
 messages = st.one_of(
+    reports,
     st.builds(wire.Hello, names, st.text(max_size=40)),
     st.builds(wire.Welcome, names, st.booleans(), bodies),
     bodies,

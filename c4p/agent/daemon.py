@@ -16,6 +16,10 @@ controller stopped, the network broke, the credential was refused) the executor'
 dropped at once, so the agent is **idle**: it never probes on its own. It then reconnects with
 bounded exponential backoff and jitter (``reconnect.initial_s`` doubling to ``reconnect.max_s``),
 trying the configured endpoints in turn, forever, until stopped.
+
+Telemetry (:mod:`c4p.agent.telemetry`): when the binding side folds its ranks' REPORT frames
+into step summaries, the session sends them on the same stream as ``telemetry`` messages, at
+most one every ``TELEMETRY_INTERVAL_S``; without a session they wait in the bounded book.
 """
 
 from __future__ import annotations
@@ -37,12 +41,14 @@ import grpc
 from c4p.agent.config import AgentConfig
 from c4p.agent.dial import channel_for, next_endpoint
 from c4p.agent.executor import ProbeExecutor, ProberFactory, SessionTerms
+from c4p.agent.telemetry import TelemetryBook, report_pb
 from c4p.api.v1 import agent_pb2 as pb
 from topology.backoff import Backoff
 
 log = logging.getLogger("c4p.agent")
 
 CONNECT = "/c4p.v1.AgentService/Connect"
+TELEMETRY_INTERVAL_S = 0.1  # at most 10 telemetry messages a second per agent
 
 
 def _version() -> str:
@@ -95,10 +101,17 @@ class ControllerSession:
     name = "controller-session"
 
     def __init__(
-        self, config: AgentConfig, executor: ProbeExecutor, *, seed: int | None = None
+        self,
+        config: AgentConfig,
+        executor: ProbeExecutor,
+        *,
+        seed: int | None = None,
+        telemetry: TelemetryBook | None = None,
     ) -> None:
         self.config = config
         self.executor = executor
+        self.telemetry = telemetry
+        self.telemetry_sent = 0
         self.status = SessionStatus()
         self._token = "" if config.token is None else config.token.resolve()
         self._random = random.Random(seed)
@@ -223,6 +236,10 @@ class ControllerSession:
                 },
             )
             reading: asyncio.Task[Any] = asyncio.ensure_future(call.read())
+            writing = asyncio.Lock()  # one write at a time on the stream: results, telemetry
+            sender = None
+            if self.telemetry is not None:
+                sender = asyncio.ensure_future(self._send_telemetry(call, writing))
             try:
                 while True:
                     message = await reading
@@ -233,9 +250,30 @@ class ControllerSession:
                         results = await self._run_batch(message.batch, reading)
                         if results is None:  # the stream ended while the batch ran
                             return True
-                        await call.write(pb.AgentMessage(results=results))
+                        async with writing:
+                            await call.write(pb.AgentMessage(results=results))
             finally:
                 reading.cancel()
+                if sender is not None:
+                    sender.cancel()
+
+    async def _send_telemetry(self, call: Any, writing: asyncio.Lock) -> None:
+        """Every TELEMETRY_INTERVAL_S, what the ranks' reports folded into (closed steps,
+        progress) as one message: at most 1 / TELEMETRY_INTERVAL_S messages a second, however
+        fast the ranks report; what piles up meanwhile is bounded (and counted) by the book."""
+        assert self.telemetry is not None
+        # The stream ending under a write ends this task; the session notices it by itself.
+        with contextlib.suppress(
+            grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError
+        ):
+            while True:
+                await asyncio.sleep(TELEMETRY_INTERVAL_S)
+                report = self.telemetry.collect()
+                if report is None:
+                    continue
+                async with writing:
+                    await call.write(pb.AgentMessage(telemetry=report_pb(report)))
+                self.telemetry_sent += 1
 
     async def _run_batch(
         self, batch: pb.ProbeBatch, reading: asyncio.Task[Any]
@@ -270,10 +308,11 @@ class AgentDaemon:
         *,
         components: Sequence[Component] = (),
         seed: int | None = None,
+        telemetry: TelemetryBook | None = None,
     ) -> None:
         self.config = config
         self.executor = ProbeExecutor(config, prober_factory)
-        self.session = ControllerSession(config, self.executor, seed=seed)
+        self.session = ControllerSession(config, self.executor, seed=seed, telemetry=telemetry)
         probing: list[Component] = [self.session] if config.ports else []
         self.components: list[Component] = [*probing, *components]
         self._started: list[Component] = []

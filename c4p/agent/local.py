@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import itertools
 import logging
 import os
 import socket
@@ -33,21 +34,25 @@ from c4p.agent.config import AgentConfig
 from c4p.agent.jobs import JobBook, JobView
 from c4p.agent.local_config import BindingsSection
 from c4p.agent.local_sessions import Session, Sessions
+from c4p.agent.telemetry import TelemetryBook
 from c4p.agent.wire import (
     HEADER,
     VERSION,
     BindingSet,
     Code,
     Error,
+    Header,
     Hello,
     Message,
     MsgType,
+    Report,
     Welcome,
     WireError,
     decode,
     encode,
     inbound_limit,
     parse_header,
+    report_samples,
 )
 
 log = logging.getLogger("c4p.agent.local")
@@ -64,13 +69,19 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return int(pid), int(uid), int(gid)
 
 
-async def read_message(reader: asyncio.StreamReader, budget: Sessions | None = None) -> Message:
-    """One frame from a rank; ``WireError`` on a malformed, truncated or oversized one.
+async def read_frame(
+    reader: asyncio.StreamReader, budget: Sessions | None = None, *, eof: bool = False
+) -> tuple[Header, bytes] | None:
+    """One frame's checked header and payload; ``WireError`` on a malformed, truncated or
+    oversized one. With ``eof``, a rank that closes between frames gives ``None``.
 
     The length is judged on the header, before any payload is read: over its type's ceiling
     (``wire.inbound_limit``), or over what is left of ``budget``, the frame is refused."""
     try:
-        header = parse_header(await reader.readexactly(HEADER.size))
+        first = await reader.read(1) if eof else b""
+        if eof and not first:
+            return None
+        header = parse_header(first + await reader.readexactly(HEADER.size - len(first)))
         limit = inbound_limit(header.type)
         if header.length > limit:
             name = MsgType(header.type).name if header.type in MsgType._value2member_map_ else ""
@@ -94,7 +105,14 @@ async def read_message(reader: asyncio.StreamReader, budget: Sessions | None = N
             Code.VERSION,
             f"the library speaks wire version {header.version}, this agent version {VERSION}",
         )
-    return decode(header, payload)
+    return header, payload
+
+
+async def read_message(reader: asyncio.StreamReader, budget: Sessions | None = None) -> Message:
+    """One frame from a rank, decoded; ``WireError`` on a malformed, truncated or oversized one."""
+    frame = await read_frame(reader, budget)
+    assert frame is not None
+    return decode(*frame)
 
 
 def _answers(path: Path) -> bool:
@@ -113,17 +131,23 @@ def _answers(path: Path) -> bool:
 class LocalServer:
     """Serves the ranks of this host (see the module docstring)."""
 
-    def __init__(self, config: AgentConfig, book: JobBook) -> None:
+    def __init__(
+        self, config: AgentConfig, book: JobBook, telemetry: TelemetryBook | None = None
+    ) -> None:
         if config.bindings is None:
             raise ValueError("bindings: the agent config has no bindings section")
         self.host = config.host
         self.config: BindingsSection = config.bindings
         self.book = book
+        self.telemetry = telemetry  # None: REPORT frames are read, counted and dropped
         self.server: asyncio.base_events.Server | None = None
         self.sessions = Sessions(
             self.config.max_sessions, self.config.max_sessions_per_uid, _READ_BUDGET
         )
         self.served = 0
+        self.reports = 0
+        self.reports_dropped = 0
+        self._numbers = itertools.count(1)
 
     async def start(self) -> None:
         cfg = self.config.socket
@@ -167,6 +191,7 @@ class LocalServer:
             self.sessions.open(candidate)  # may close an idle one to make room, or refuse
             session = candidate
             hello = await asyncio.wait_for(read_message(reader, self.sessions), _HELLO_TIMEOUT_S)
+            number = next(self._numbers)
             if not isinstance(hello, Hello):
                 raise WireError(Code.PROTOCOL, "the first message must be HELLO")
             session.hello = True  # from here on it is never closed to make room
@@ -183,9 +208,18 @@ class LocalServer:
             view.listeners.add(listener)
             self.served += 1
             await writer.drain()
-            extra = await reader.read(1)  # nothing more is expected from a rank
-            if extra:
-                raise WireError(Code.PROTOCOL, "unexpected data after HELLO")
+            # After HELLO a rank only sends REPORT frames (its measurements), until it closes.
+            while (frame := await read_frame(reader, self.sessions, eof=True)) is not None:
+                if frame[0].type != MsgType.REPORT:
+                    raise WireError(Code.PROTOCOL, "only REPORT frames may follow HELLO")
+                self.reports += 1
+                book = self.telemetry
+                if book is None or not book.admit(view.job_id, report_samples(frame[1])):
+                    self.reports_dropped += 1  # read (the rank never waits), not folded
+                    continue
+                report = decode(*frame)
+                assert isinstance(report, Report)
+                book.take(view.job_id, view.epoch, number, report)
         except WireError as exc:
             with contextlib.suppress(Exception):
                 writer.write(encode(Error(exc.code, str(exc))))
@@ -215,10 +249,11 @@ class BindingsSide:
 
     name = "bindings"
 
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(self, config: AgentConfig, telemetry: TelemetryBook | None = None) -> None:
         if config.bindings is None:
             raise ValueError("bindings: the agent config has no bindings section")
         self.config = config
+        self.telemetry = telemetry
         self.book: JobBook | None = None
         self.server: LocalServer | None = None
 
@@ -228,7 +263,7 @@ class BindingsSide:
             self.config.bindings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.book = JobBook(self.config)
             self.book.restore()
-            self.server = LocalServer(self.config, self.book)
+            self.server = LocalServer(self.config, self.book, self.telemetry)
             await self.server.start()
         except BaseException:
             await self.stop()  # not started: the daemon will not stop it, so undo here

@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 MAGIC = b"C4PL"
 VERSION = 1
@@ -28,6 +29,8 @@ MAX_PAYLOAD = 4 << 20  # 4 MiB: ~60,000 bindings; a host of 8 ranks needs far le
 MAX_NAME = 128  # job and communicator ids (topology's Name)
 MAX_TOKEN = 512
 MAX_TEXT = 1024
+MAX_REPORT = 256 << 10  # a REPORT frame's payload (libc4p's C4P_REPORT_MAX_PAYLOAD)
+STEP_UNKNOWN = (1 << 64) - 1  # a transfer whose collective call the library cannot tell
 
 
 class MsgType(IntEnum):
@@ -35,6 +38,7 @@ class MsgType(IntEnum):
     WELCOME = 2  # agent -> library: the session is open, with the job's bindings on this host
     BINDINGS = 3  # agent -> library: a full set or a delta
     ERROR = 4  # either way: a code and a message; the sender closes after it
+    REPORT = 5  # library -> agent, after WELCOME: measured transfers and collective calls
 
 
 class Code(IntEnum):
@@ -56,6 +60,8 @@ class Code(IntEnum):
     TIMEOUT = 13
     PEER = 14
     INTERNAL = 15
+    APPLY = 16
+    DROPPED = 17
 
 
 class Kind(IntEnum):
@@ -71,11 +77,10 @@ class WireError(ValueError):
         self.code = code
 
 
-REPORT_TYPE = 5  # library -> agent (the sensor's MsgType.REPORT): its ceiling is fixed here
 INBOUND_LIMITS: dict[int, int] = {
     MsgType.HELLO: 2 + MAX_NAME + 2 + MAX_TOKEN,
     MsgType.ERROR: 4 + 2 + MAX_TEXT,
-    REPORT_TYPE: 256 << 10,
+    MsgType.REPORT: MAX_REPORT,
 }
 """The largest payload of each type a library may send to the agent.
 
@@ -142,7 +147,51 @@ class Error:
     message: str
 
 
-Message = Hello | Welcome | BindingSet | Error
+class Transfer(NamedTuple):
+    """A completed transfer on one connection (named as the bindings name QPs)."""
+
+    communicator: str
+    src_rank: int
+    dst_rank: int
+    channel: int
+    qp: int
+    step: int  # the communicator's call sequence number, or STEP_UNKNOWN
+    bytes: int
+    start_ns: int  # CLOCK_MONOTONIC of the rank's host
+    end_ns: int
+
+
+class Arrive(NamedTuple):
+    """A rank entered a collective call."""
+
+    communicator: str
+    rank: int
+    step: int
+    collective: str
+    bytes: int
+    t_ns: int
+
+
+class Complete(NamedTuple):
+    """A rank left a collective call."""
+
+    communicator: str
+    rank: int
+    step: int
+    t_ns: int
+
+
+@dataclass(frozen=True)
+class Report:
+    """Body of REPORT: what the ring held at one drain, and the ring's drops so far."""
+
+    dropped: int  # samples dropped by this session since it opened (cumulative)
+    transfers: tuple[Transfer, ...] = ()
+    arrivals: tuple[Arrive, ...] = ()
+    completions: tuple[Complete, ...] = ()
+
+
+Message = Hello | Welcome | BindingSet | Error | Report
 
 
 # -- encoding -----------------------------------------------------------------------------------
@@ -170,8 +219,43 @@ def _body(b: BindingSet) -> bytes:
     return b"".join(parts)
 
 
+_TRANSFER = struct.Struct(">IIIIIQQQQ")
+_ARRIVE = struct.Struct(">IIQIQQ")
+_COMPLETE = struct.Struct(">IIQQ")
+
+
+def _report(r: Report) -> bytes:
+    comms = sorted(
+        {x.communicator for x in r.transfers}
+        | {x.communicator for x in r.arrivals}
+        | {x.communicator for x in r.completions}
+    )
+    ids = {c: i for i, c in enumerate(comms)}
+    colls = ["", *sorted({x.collective for x in r.arrivals} - {""})]
+    cids = {c: i for i, c in enumerate(colls)}
+    parts = [struct.pack(">QH", r.dropped, len(comms))]
+    parts.extend(struct.pack(">I", ids[c]) + _text(c, MAX_NAME) for c in comms)
+    parts.append(struct.pack(">H", len(colls)))
+    parts.extend(_text(c, MAX_NAME) for c in colls)
+    parts.append(struct.pack(">I", len(r.transfers)))
+    parts.extend(_TRANSFER.pack(ids[t.communicator], *t[1:]) for t in r.transfers)
+    parts.append(struct.pack(">I", len(r.arrivals)))
+    parts.extend(
+        _ARRIVE.pack(ids[a.communicator], a.rank, a.step, cids[a.collective], a.bytes, a.t_ns)
+        for a in r.arrivals
+    )
+    parts.append(struct.pack(">I", len(r.completions)))
+    parts.extend(_COMPLETE.pack(ids[c.communicator], *c[1:]) for c in r.completions)
+    return b"".join(parts)
+
+
 def encode(message: Message, version: int = VERSION) -> bytes:
     """One frame."""
+    if isinstance(message, Report):
+        payload = _report(message)
+        if len(payload) > MAX_REPORT:
+            raise ValueError(f"report of {len(payload)} bytes over {MAX_REPORT}")
+        return HEADER.pack(MAGIC, version, int(MsgType.REPORT), len(payload)) + payload
     if isinstance(message, Hello):
         kind, payload = (
             MsgType.HELLO,
@@ -258,9 +342,59 @@ class _Reader:
         removed = tuple(self.key() for _ in range(gone))
         return BindingSet(epoch, Kind(raw_kind), tuple(bindings), removed)
 
+    def records(self, shape: struct.Struct, what: str) -> list[tuple[int, ...]]:
+        count = self.u("I", f"{what} count")
+        raw = self.take(count * shape.size, what)
+        return list(shape.iter_unpack(raw))
+
+    def report(self) -> Report:
+        dropped = self.u("Q", "dropped")
+        comms: dict[int, str] = {}
+        for _ in range(self.u("H", "communicator count")):
+            ident = self.u("I", "communicator id")
+            comms[ident] = self.text(MAX_NAME, "communicator")
+        colls = [self.text(MAX_NAME, "collective") for _ in range(self.u("H", "collective count"))]
+
+        rows = self.records(_TRANSFER, "transfer")
+        arrive_rows = self.records(_ARRIVE, "arrival")
+        complete_rows = self.records(_COMPLETE, "completion")
+        # Checked in bulk, then built in comprehensions: a frame carries thousands of records.
+        used = {r[0] for r in rows} | {r[0] for r in arrive_rows} | {r[0] for r in complete_rows}
+        if missing := used - comms.keys():
+            raise WireError(Code.PROTOCOL, f"communicator id {min(missing)} not in frame")
+        if bad := next((r for r in rows if r[8] < r[7]), None):
+            raise WireError(Code.PROTOCOL, f"transfer: end_ns {bad[8]} before start_ns {bad[7]}")
+        if bad := next((r for r in arrive_rows if r[3] >= len(colls)), None):
+            raise WireError(Code.PROTOCOL, f"collective id {bad[3]} not in the frame")
+        transfers = [Transfer(comms[r[0]], *r[1:]) for r in rows]
+        arrivals = [
+            Arrive(comms[c], rank, step, colls[k], n, t) for c, rank, step, k, n, t in arrive_rows
+        ]
+        completions = [Complete(comms[r[0]], *r[1:]) for r in complete_rows]
+        return Report(dropped, tuple(transfers), tuple(arrivals), tuple(completions))
+
     def end(self) -> None:
         if self.at != len(self.data):
             raise WireError(Code.PROTOCOL, f"{len(self.data) - self.at} bytes after the message")
+
+
+def report_samples(payload: bytes) -> int:
+    """How many samples a REPORT payload carries, read from its counts alone (no record is
+    decoded): what an overloaded agent counts when it drops a frame unread."""
+    r = _Reader(payload)
+    r.take(8, "dropped")
+    for _ in range(r.u("H", "communicator count")):
+        r.take(4, "communicator id")
+        r.text(MAX_NAME, "communicator")
+    for _ in range(r.u("H", "collective count")):
+        r.text(MAX_NAME, "collective")
+    total = 0
+    for shape, what in ((_TRANSFER, "transfer"), (_ARRIVE, "arrival"), (_COMPLETE, "completion")):
+        count = r.u("I", f"{what} count")
+        r.take(count * shape.size, what)
+        total += count
+    r.end()
+    return total
 
 
 def decode(header: Header, payload: bytes) -> Message:
@@ -278,6 +412,10 @@ def decode(header: Header, payload: bytes) -> Message:
         message = Welcome(r.text(MAX_NAME, "host"), known, r.body())
     elif header.type == MsgType.BINDINGS:
         message = r.body()
+    elif header.type == MsgType.REPORT:
+        if header.length > MAX_REPORT:
+            raise WireError(Code.PROTOCOL, f"REPORT of {header.length} bytes over {MAX_REPORT}")
+        message = r.report()
     elif header.type == MsgType.ERROR:
         code = r.u("I", "code")
         text = r.text(MAX_TEXT, "message")

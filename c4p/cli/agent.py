@@ -39,6 +39,7 @@ def agent_cmd(
     from c4p.agent.daemon import AgentDaemon, Component
     from c4p.agent.local import BindingsSide
     from c4p.agent.probers import prober_factory
+    from c4p.agent.telemetry import TelemetryBook
     from c4p.cli.common import fail, guarded
     from c4p.files import write_text
     from c4p.service import telemetry
@@ -50,9 +51,12 @@ def agent_cmd(
         return
     telemetry.configure("info", "json")
     components: list[Component] = []
+    # The ranks' reports, folded for the controller: only with a controller session to send them
+    # on (a bindings-only agent reads its ranks' REPORT frames and drops them, counted).
+    book = TelemetryBook(settings.host) if settings.ports else None
     if settings.bindings is not None:
-        components.append(BindingsSide(settings))
-    daemon = AgentDaemon(settings, factory, components=components)
+        components.append(BindingsSide(settings, book))
+    daemon = AgentDaemon(settings, factory, components=components, telemetry=book)
 
     def ready() -> None:
         if ready_file is not None:

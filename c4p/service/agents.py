@@ -16,6 +16,11 @@ host, and with ``require_client_name`` the mTLS certificate's CN is the host
 address (``INVALID_ARGUMENT``). The welcome carries the fabric's address book (what the agent
 may probe) and the controller's rate; the agent uses the lower of its own and this one, and the
 hub sizes batches to about one second of it.
+
+The same stream carries the agent's ``telemetry`` (its ranks' collectives, folded per step):
+checked field by field (:mod:`c4p.service.agent_telemetry`; a bad field ends the stream with
+``INVALID_ARGUMENT`` naming it) and handed to the optional :class:`TelemetrySink` (the
+detector); without one it is counted and dropped.
 """
 
 from __future__ import annotations
@@ -34,7 +39,10 @@ import grpc
 
 from c4p.agent.probe_wire import BlackHole, silent, spec_of, trace_from
 from c4p.api.v1 import agent_pb2 as pb
+from c4p.detector.summary import TelemetrySink
 from c4p.serve import AgentsConfig
+from c4p.service.agent_telemetry import BadTelemetry, from_pb
+from c4p.service.telemetry import Metrics
 from southbound.probing import IPv4, Probe, Trace
 from topology.errors import TopologyError
 from topology.model import Fabric
@@ -57,6 +65,7 @@ class _Session:
     number: int
     rate: float
     outbox: asyncio.Queue[pb.ControllerMessage | None] = field(default_factory=asyncio.Queue)
+    refusal: Refused | None = None  # set by the reader: the stream ends with this status
     waiting: dict[int, asyncio.Future[pb.ProbeResults]] = field(default_factory=dict)
 
     def close(self) -> None:
@@ -84,8 +93,13 @@ class AgentHub:
         *,
         client_names: bool = False,
         on_change: Callable[[str, bool], None] | None = None,
+        sink: TelemetrySink | None = None,
     ) -> None:
         self.fabric = fabric
+        self.sink = sink  # the detector; None: telemetry is counted and dropped
+        self.telemetry_accepted = 0
+        self.telemetry_dropped = 0
+        self.metrics: Metrics | None = None  # set by the runtime: c4p_agent_telemetry_total
         self.config = config
         self.client_names = client_names
         self.on_change = on_change
@@ -206,6 +220,17 @@ class AgentHub:
                 if message is None:
                     break
                 yield message
+            if session.refusal is not None:  # the reader refused a message: say which field
+                self.refused[session.refusal.code.name] += 1
+                log.warning(
+                    "agent message refused",
+                    extra={
+                        "event": "refused",
+                        "host": hello.host,
+                        "reason": session.refusal.reason,
+                    },
+                )
+                await context.abort(session.refusal.code, session.refusal.reason)
         finally:
             reader.cancel()
             with self._lock:
@@ -226,10 +251,38 @@ class AgentHub:
                     future = session.waiting.pop(message.results.batch, None)
                     if future is not None and not future.done():
                         future.set_result(message.results)
+                elif message.HasField("telemetry"):
+                    self._telemetry(message.telemetry, session)
+                    if session.refusal is not None:
+                        break
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
         finally:
             session.close()
+
+    def _telemetry(self, message: pb.TelemetryReport, session: _Session) -> None:
+        """Check and hand one telemetry message to the sink (see :mod:`agent_telemetry`).
+        Runs on the service's event loop: the sink must take the report and return at once."""
+        try:
+            report = from_pb(message, session.host)
+        except BadTelemetry as exc:
+            session.refusal = Refused(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            self._count("refused")
+            return
+        if self.sink is None:
+            self.telemetry_dropped += 1
+            self._count("dropped")
+            return
+        self.telemetry_accepted += 1
+        self._count("accepted")
+        try:
+            self.sink.accept(report)
+        except Exception:  # the detector's bug must not end the agent's session
+            log.exception("telemetry sink failed", extra={"event": "sink-failed"})
+
+    def _count(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.agent_telemetry.labels(outcome=outcome).inc()
 
     async def _request(self, host: str, probes: Sequence[Probe]) -> pb.ProbeResults | None:
         with self._lock:

@@ -158,6 +158,7 @@ class ServiceRuntime:
                 client_names=config.agents.require_client_name,
                 on_change=self._agent_changed,
             )
+            self.agents.metrics = self.metrics  # agents' telemetry by outcome
         if self.agents is not None and config.port_mode is not PortMode.PREDICTED:
             self.learner = PortLearner(
                 self.fabric, config.ports, config.port_mode, self.agents.hosts

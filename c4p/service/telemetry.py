@@ -81,6 +81,11 @@ class Metrics:
         self.fenced_writes = Counter(
             "c4p_fenced_writes_total", "Writes etcd refused: leadership was lost.", registry=r
         )
+        self.agent_telemetry = Counter(
+            "c4p_agent_telemetry_total",
+            "Host agents' telemetry messages: accepted (to the detector), dropped (no detector), "
+            "refused (a bad field).", ["outcome"], registry=r,
+        )  # fmt: skip
 
     def record_plan(self, decision: DecisionRecord) -> None:
         kinds = sorted({t.split(" ", 1)[0] for t in decision.triggers}) or [KeyKind.STARTUP.value]

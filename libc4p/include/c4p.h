@@ -60,7 +60,8 @@ typedef enum c4p_result {
   C4P_ETIMEOUT = 13,  /* the agent did not answer within connect_timeout_ms */
   C4P_EPEER = 14,     /* the socket is served by a process of an unexpected user */
   C4P_EINTERNAL = 15, /* a bug, or an error the agent could not classify */
-  C4P_EAPPLY = 16     /* the verbs provider refused the change (see the log for errno) */
+  C4P_EAPPLY = 16,    /* the verbs provider refused the change (see the log for errno) */
+  C4P_EDROPPED = 17   /* a report found the ring full: the sample was dropped (and counted) */
 } c4p_result;
 
 /* Log levels for the optional log callback. */
@@ -140,6 +141,61 @@ C4P_API c4p_result c4p_apply_live(void *ibv_qp, const c4p_binding *binding);
 
 /* End the session: stops its thread; no callback runs after it returns. NULL is fine. */
 C4P_API void c4p_close(c4p_session *s);
+
+/* -- reporting: the collective as a sensor (docs/api.md, "Reports") ---------------------------
+ *
+ * The collective library tells the host agent what its connections carried and when each rank
+ * entered and left each collective call; the agent folds the samples into per-step summaries
+ * for the controller's detector. Times are CLOCK_MONOTONIC nanoseconds (c4p_now_ns()).
+ *
+ * The report calls never block and never allocate: each writes one slot of a ring allocated
+ * when the session opens (C4P_REPORT_RING slots, multi-producer: any thread may report) and
+ * returns. A full ring drops the sample, counts it and returns C4P_EDROPPED. The session's
+ * own thread sends the ring to the agent in REPORT frames every C4P_REPORT_FLUSH_MS. Without
+ * the agent (not connected yet, restarting) samples accumulate, then drop, and are counted.
+ * Static-mode sessions have no agent: every report call returns C4P_ENOTSUP. */
+#define C4P_REPORT_RING 16384          /* slots per session (64 bytes each) */
+#define C4P_REPORT_FLUSH_MS 20         /* how often the session's thread drains the ring */
+#define C4P_REPORT_COMMS 4096          /* communicators one session can register */
+#define C4P_COLLECTIVE_MAX 15          /* bytes of a collective's name kept (truncated beyond) */
+#define C4P_STEP_UNKNOWN UINT64_MAX    /* a transfer whose call the library cannot tell */
+
+/* CLOCK_MONOTONIC now, in nanoseconds. */
+C4P_API uint64_t c4p_now_ns(void);
+
+/* Register a communicator (the name the bindings use) once, outside the hot path; *id names it
+ * in the report calls. The same name gives the same id. May allocate; C4P_EINVAL past
+ * C4P_REPORT_COMMS. */
+C4P_API c4p_result c4p_report_comm(c4p_session *s, const char *communicator, uint32_t *id);
+
+/* A completed transfer on one connection (the binding's key: src rank -> dst rank, channel,
+ * QP index): `bytes` moved between start_ns and end_ns, for the call numbered `step` (the
+ * communicator's collective sequence number; C4P_STEP_UNKNOWN: the agent attributes it by
+ * time to the src rank's call). */
+C4P_API c4p_result c4p_report_transfer(c4p_session *s, uint32_t comm, uint32_t src_rank,
+                                       uint32_t dst_rank, uint32_t channel, uint32_t qp,
+                                       uint64_t step, uint64_t bytes, uint64_t start_ns,
+                                       uint64_t end_ns);
+
+/* A rank entered collective call `step` of a communicator (`collective`: "allreduce", ...,
+ * NULL: ""; `bytes`: the call's message size). */
+C4P_API c4p_result c4p_report_arrive(c4p_session *s, uint32_t comm, uint32_t rank,
+                                     uint64_t step, const char *collective, uint64_t bytes,
+                                     uint64_t t_ns);
+
+/* The rank left call `step` (the collective completed for it). */
+C4P_API c4p_result c4p_report_complete(c4p_session *s, uint32_t comm, uint32_t rank,
+                                       uint64_t step, uint64_t t_ns);
+
+/* Counters since the session opened: samples taken into the ring, sent to the agent, dropped
+ * (ring full, or lost with a connection). Any pointer may be NULL. */
+C4P_API c4p_result c4p_report_stats(c4p_session *s, uint64_t *taken, uint64_t *sent,
+                                    uint64_t *dropped);
+
+/* Send what the ring holds now, from the calling thread's point of view: wait (bounded by
+ * timeout_ms) until the session's thread has drained every sample reported before this call.
+ * For tests and for a clean exit; never call it on the hot path. C4P_ETIMEOUT if not drained. */
+C4P_API c4p_result c4p_report_flush(c4p_session *s, int timeout_ms);
 
 C4P_API const char *c4p_strerror(c4p_result code);
 C4P_API uint32_t c4p_version(void);        /* C4P_VERSION of the library actually loaded */

@@ -67,6 +67,7 @@ const char *c4p_strerror(c4p_result code) {
     case C4P_EPEER: return "the socket is served by a process of another user";
     case C4P_EINTERNAL: return "internal error";
     case C4P_EAPPLY: return "the device refused the port change";
+    case C4P_EDROPPED: return "the report ring is full: the sample was dropped";
   }
   return "unknown c4p result";
 }

@@ -192,7 +192,7 @@ static c4p_result error_frame(c4p_session *s, const uint8_t *payload, uint32_t l
 
 /* -- connecting ------------------------------------------------------------------------------ */
 
-static c4p_result send_all(int fd, const uint8_t *buf, size_t len) {
+c4p_result c4p_send_all(int fd, const uint8_t *buf, size_t len) {
   for (int waits = 0; len > 0;) {
     ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
@@ -238,7 +238,7 @@ static c4p_result agent_connect(c4p_session *s, c4p_list *changed) {
   c4p_result rc = c4p_encode_hello(s->wire_version, s->job_id, s->token, &hello, &len);
   /* A send that fails still reads: an agent that refuses the peer says why, then closes,
    * possibly before our HELLO got there. */
-  c4p_result sent = rc == C4P_OK ? send_all(fd, hello, len) : rc;
+  c4p_result sent = rc == C4P_OK ? c4p_send_all(fd, hello, len) : rc;
   free(hello);
   c4p_header h;
   uint8_t *payload = NULL;
@@ -285,6 +285,15 @@ static int nap(c4p_session *s, int ms) {
   return !(rc > 0 && (p.revents & POLLIN)) && !atomic_load(&s->stop);
 }
 
+/* 1: the agent's socket has data, 0: time to flush reports, -1: closing. */
+static int wait_readable(c4p_session *s) {
+  struct pollfd p[2] = {{s->fd, POLLIN, 0}, {s->wake[0], POLLIN, 0}};
+  int rc = poll(p, 2, C4P_REPORT_FLUSH_MS);
+  if (rc < 0) return 0;
+  if (p[1].revents & POLLIN) return -1;
+  return rc > 0 && p[0].revents != 0;
+}
+
 static void *follow(void *arg) {
   c4p_session *s = arg;
   int backoff = 100;
@@ -304,23 +313,37 @@ static void *follow(void *arg) {
         break;
       }
     } else {
-      c4p_header h;
-      uint8_t *payload = NULL;
-      c4p_result rc = read_frame(s, s->fd, -1, &h, &payload);
-      if (rc == C4P_OK && h.type == C4P_MSG_BINDINGS && h.version == s->wire_version) {
-        c4p_reader r = {payload, h.length, 0, 0};
-        rc = apply_body(s, &r, 1, &changed);
-        if (rc == C4P_OK && r.at != r.n) rc = C4P_EPROTO;
-      } else if (rc == C4P_OK) {
-        rc = h.type == C4P_MSG_ERROR ? error_frame(s, payload, h.length) : C4P_EPROTO;
+      /* With reports, wake every C4P_REPORT_FLUSH_MS to drain the ring into the same socket. */
+      int readable = s->reports == NULL ? 1 : wait_readable(s);
+      if (readable < 0) break;
+      c4p_result rc = C4P_OK;
+      if (readable) {
+        c4p_header h;
+        uint8_t *payload = NULL;
+        rc = read_frame(s, s->fd, -1, &h, &payload);
+        if (rc == C4P_OK && h.type == C4P_MSG_BINDINGS && h.version == s->wire_version) {
+          c4p_reader r = {payload, h.length, 0, 0};
+          rc = apply_body(s, &r, 1, &changed);
+          if (rc == C4P_OK && r.at != r.n) rc = C4P_EPROTO;
+        } else if (rc == C4P_OK) {
+          rc = h.type == C4P_MSG_ERROR ? error_frame(s, payload, h.length) : C4P_EPROTO;
+          /* An agent older than reports refuses the first REPORT as a protocol error: stop
+           * sending them (they are counted as dropped) rather than reconnect forever. */
+          if (rc == C4P_EPROTO && s->reports != NULL && s->reports->sent_on_conn) {
+            atomic_store(&s->reports->refused, 1);
+            c4p_log(s, C4P_LOG_WARN, "c4p: the agent does not take reports; dropping them");
+          }
+        }
+        free(payload);
       }
-      free(payload);
+      if (rc == C4P_OK && s->reports != NULL) rc = c4p_reports_flush(s, s->fd);
       if (rc != C4P_OK) {
         if (!atomic_load(&s->stop))
           c4p_log(s, C4P_LOG_WARN, "c4p: lost the agent (%s); keeping every port",
                   c4p_strerror(rc));
         close(s->fd);
         s->fd = -1;
+        if (s->reports != NULL) s->reports->sent_on_conn = 0;
         atomic_store(&s->connected, 0);
       }
     }
@@ -374,6 +397,8 @@ c4p_result c4p_open(const c4p_options *o, c4p_session **out) {
     s->token = dup_or_null(o->token);
     if (s->socket_path == NULL || s->token == NULL) rc = C4P_ENOMEM;
     if (rc == C4P_OK && pipe2(s->wake, O_CLOEXEC) != 0) rc = C4P_ENOMEM;
+    if (rc == C4P_OK && (s->reports = calloc(1, sizeof *s->reports)) == NULL) rc = C4P_ENOMEM;
+    if (rc == C4P_OK) rc = c4p_reports_init(s->reports);
     c4p_list first = {0};
     if (rc == C4P_OK) rc = agent_connect(s, &first);
     c4p_list_free(&first); /* nobody subscribed yet */
@@ -428,10 +453,16 @@ void c4p_close(c4p_session *s) {
     while (w < 0 && errno == EINTR);
     pthread_join(s->thread, NULL);
   }
+  /* A last drain: what the ranks reported just before closing still reaches the agent. */
+  if (s->reports != NULL && s->fd >= 0) c4p_reports_flush(s, s->fd);
   if (s->fd >= 0) close(s->fd);
   for (int i = 0; i < 2; i++)
     if (s->wake[i] >= 0) close(s->wake[i]);
   c4p_table_free(&s->table);
+  if (s->reports != NULL) {
+    c4p_reports_free(s->reports);
+    free(s->reports);
+  }
   free(s->socket_path);
   free(s->job_id);
   if (s->token != NULL) {

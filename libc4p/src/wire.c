@@ -63,13 +63,13 @@ void c4p_rd_str(c4p_reader *r, char *buf, size_t limit) {
   buf[n] = '\0';
 }
 
-static uint8_t *put_u16(uint8_t *p, uint16_t v) {
+uint8_t *c4p_put_u16(uint8_t *p, uint16_t v) {
   p[0] = (uint8_t)(v >> 8);
   p[1] = (uint8_t)v;
   return p + 2;
 }
 
-static uint8_t *put_u32(uint8_t *p, uint32_t v) {
+uint8_t *c4p_put_u32(uint8_t *p, uint32_t v) {
   p[0] = (uint8_t)(v >> 24);
   p[1] = (uint8_t)(v >> 16);
   p[2] = (uint8_t)(v >> 8);
@@ -85,14 +85,23 @@ c4p_result c4p_encode_hello(int version, const char *job, const char *token, uin
   uint8_t *buf = malloc(C4P_WIRE_HEADER + payload);
   if (buf == NULL) return C4P_ENOMEM;
   memcpy(buf, "C4PL", 4);
-  uint8_t *p = put_u16(buf + 4, (uint16_t)version);
-  p = put_u16(p, C4P_MSG_HELLO);
-  p = put_u32(p, (uint32_t)payload);
-  p = put_u16(p, (uint16_t)lj);
+  uint8_t *p = c4p_put_u16(buf + 4, (uint16_t)version);
+  p = c4p_put_u16(p, C4P_MSG_HELLO);
+  p = c4p_put_u32(p, (uint32_t)payload);
+  p = c4p_put_u16(p, (uint16_t)lj);
   memcpy(p, job, lj);
-  p = put_u16(p + lj, (uint16_t)lt);
+  p = c4p_put_u16(p + lj, (uint16_t)lt);
   memcpy(p, token, lt);
   *out = buf;
   *len = C4P_WIRE_HEADER + payload;
   return C4P_OK;
+}
+
+uint8_t *c4p_put_u64(uint8_t *p, uint64_t v) {
+  return c4p_put_u32(c4p_put_u32(p, (uint32_t)(v >> 32)), (uint32_t)v);
+}
+
+uint8_t *c4p_put_header(uint8_t *p, int version, uint16_t type, uint32_t length) {
+  memcpy(p, "C4PL", 4);
+  return c4p_put_u32(c4p_put_u16(c4p_put_u16(p + 4, (uint16_t)version), type), length);
 }

@@ -12,11 +12,21 @@
  *                                "reopen N TOTAL_NS BINDINGS_PER_OPEN"
  *   threads N ROUNDS          -> N threads look up every key asked so far, ROUNDS times,
  *                                while the library's thread applies updates: "threads OK FAILED"
+ *   comm NAME                 -> c4p_report_comm: "comm ID CODE"
+ *   transfer ID SRC DST CH QP STEP BYTES START END  -> "report CODE"
+ *   arrive ID RANK STEP COLLECTIVE BYTES T          -> "report CODE"
+ *   complete ID RANK STEP T                         -> "report CODE"
+ *   flush MS                  -> c4p_report_flush: "flush CODE"
+ *   rstats                    -> "rstats TAKEN SENT DROPPED"
+ *   rthreads N CALLS ID       -> N threads report CALLS transfers each on communicator ID
+ *                                (src = thread, dst = thread + 1, bytes = 1, step = call):
+ *                                "rthreads OK DROPPED OTHER"
  *   quit                      -> close the session, exit 0
  * Every re-plan callback prints "replan COMM SRC DST CH QP SPORT LABEL EPOCH". */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +89,81 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+typedef struct reporter {
+  c4p_session *s;
+  uint32_t comm, index;
+  unsigned calls;
+  size_t ok, dropped, other;
+  pthread_t id;
+} reporter;
+
+static void *report_many(void *arg) {
+  reporter *r = arg;
+  for (unsigned i = 0; i < r->calls; i++) {
+    uint64_t t = c4p_now_ns();
+    c4p_result rc = c4p_report_transfer(r->s, r->comm, r->index, r->index + 1, 0, 0, i, 1, t, t);
+    if (rc == C4P_OK) r->ok++;
+    else if (rc == C4P_EDROPPED) r->dropped++;
+    else r->other++;
+  }
+  return NULL;
+}
+
+static void answer(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The report commands (see the top); 1 if the line was one of them. */
+static int report_command(c4p_session *s, const char *line) {
+  char name[C4P_NAME_MAX + 1];
+  unsigned id, a, b, c, d, n;
+  unsigned long long step, bytes, t0, t1;
+  if (sscanf(line, "comm %128s", name) == 1) {
+    uint32_t got = 0;
+    c4p_result rc = c4p_report_comm(s, name, &got);
+    answer("comm %u %d\n", got, (int)rc);
+  } else if (sscanf(line, "transfer %u %u %u %u %u %llu %llu %llu %llu", &id, &a, &b, &c, &d,
+                    &step, &bytes, &t0, &t1) == 9) {
+    answer("report %d\n", (int)c4p_report_transfer(s, id, a, b, c, d, step, bytes, t0, t1));
+  } else if (sscanf(line, "arrive %u %u %llu %128s %llu %llu", &id, &a, &step, name, &bytes,
+                    &t0) == 6) {
+    answer("report %d\n", (int)c4p_report_arrive(s, id, a, step, name, bytes, t0));
+  } else if (sscanf(line, "complete %u %u %llu %llu", &id, &a, &step, &t0) == 4) {
+    answer("report %d\n", (int)c4p_report_complete(s, id, a, step, t0));
+  } else if (sscanf(line, "flush %u", &n) == 1) {
+    answer("flush %d\n", (int)c4p_report_flush(s, (int)n));
+  } else if (strncmp(line, "rstats", 6) == 0) {
+    uint64_t taken = 0, sent = 0, dropped = 0;
+    c4p_report_stats(s, &taken, &sent, &dropped);
+    answer("rstats %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", taken, sent, dropped);
+  } else if (sscanf(line, "rthreads %u %u %u", &n, &a, &id) == 3 && n > 0 && n <= 64) {
+    reporter r[64];
+    size_t ok = 0, dropped = 0, other = 0;
+    for (unsigned i = 0; i < n; i++) {
+      r[i] = (reporter){s, id, i, a, 0, 0, 0, 0};
+      if (pthread_create(&r[i].id, NULL, report_many, &r[i]) != 0) exit(4);
+    }
+    for (unsigned i = 0; i < n; i++) {
+      pthread_join(r[i].id, NULL);
+      ok += r[i].ok;
+      dropped += r[i].dropped;
+      other += r[i].other;
+    }
+    answer("rthreads %zu %zu %zu\n", ok, dropped, other);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+static void answer(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  pthread_mutex_lock(&out_lock);
+  vprintf(fmt, ap);
+  fflush(stdout);
+  pthread_mutex_unlock(&out_lock);
+  va_end(ap);
+}
+
 static uint64_t ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -118,11 +203,12 @@ int main(int argc, char **argv) {
   c4p_subscribe(s, on_replan, NULL); /* the same callback again: exercises the call */
   key *keys = NULL;
   size_t nkeys = 0, capkeys = 0;
-  char line[512];
+  char line[1024];
   while (fgets(line, sizeof line, stdin) != NULL) {
     char comm[C4P_NAME_MAX + 1];
     unsigned v[4];
     unsigned rounds = 0;
+    if (report_command(s, line)) continue;
     if (sscanf(line, "lookup %128s %u %u %u %u", comm, &v[0], &v[1], &v[2], &v[3]) == 5) {
       c4p_binding b;
       rc = c4p_lookup(s, comm, v[0], v[1], v[2], v[3], &b);

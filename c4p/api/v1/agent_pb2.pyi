@@ -123,13 +123,123 @@ class ProbeResults(_message.Message):
     seconds: float
     def __init__(self, batch: _Optional[int] = ..., traces: _Optional[_Iterable[_Union[ProbeTrace, _Mapping]]] = ..., refused: _Optional[_Iterable[_Union[ProbeRefusal, _Mapping]]] = ..., seconds: _Optional[float] = ...) -> None: ...
 
+class TelemetryConnectionKey(_message.Message):
+    __slots__ = ("communicator", "src_rank", "dst_rank", "channel", "qp")
+    COMMUNICATOR_FIELD_NUMBER: _ClassVar[int]
+    SRC_RANK_FIELD_NUMBER: _ClassVar[int]
+    DST_RANK_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    QP_FIELD_NUMBER: _ClassVar[int]
+    communicator: str
+    src_rank: int
+    dst_rank: int
+    channel: int
+    qp: int
+    def __init__(self, communicator: _Optional[str] = ..., src_rank: _Optional[int] = ..., dst_rank: _Optional[int] = ..., channel: _Optional[int] = ..., qp: _Optional[int] = ...) -> None: ...
+
+class TelemetryConnectionStep(_message.Message):
+    __slots__ = ("key", "bytes", "busy_ns", "transfers")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    BUSY_NS_FIELD_NUMBER: _ClassVar[int]
+    TRANSFERS_FIELD_NUMBER: _ClassVar[int]
+    key: TelemetryConnectionKey
+    bytes: int
+    busy_ns: int
+    transfers: int
+    def __init__(self, key: _Optional[_Union[TelemetryConnectionKey, _Mapping]] = ..., bytes: _Optional[int] = ..., busy_ns: _Optional[int] = ..., transfers: _Optional[int] = ...) -> None: ...
+
+class TelemetryRankStep(_message.Message):
+    __slots__ = ("rank", "compute_ns", "wait_ns")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_NS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_NS_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    compute_ns: int
+    wait_ns: int
+    def __init__(self, rank: _Optional[int] = ..., compute_ns: _Optional[int] = ..., wait_ns: _Optional[int] = ...) -> None: ...
+
+class TelemetryStepSummary(_message.Message):
+    __slots__ = ("job_id", "host", "communicator", "step", "plan_epoch", "collective", "bytes", "ranks", "connections")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    COMMUNICATOR_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    PLAN_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    host: str
+    communicator: str
+    step: int
+    plan_epoch: int
+    collective: str
+    bytes: int
+    ranks: _containers.RepeatedCompositeFieldContainer[TelemetryRankStep]
+    connections: _containers.RepeatedCompositeFieldContainer[TelemetryConnectionStep]
+    def __init__(self, job_id: _Optional[str] = ..., host: _Optional[str] = ..., communicator: _Optional[str] = ..., step: _Optional[int] = ..., plan_epoch: _Optional[int] = ..., collective: _Optional[str] = ..., bytes: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[TelemetryRankStep, _Mapping]]] = ..., connections: _Optional[_Iterable[_Union[TelemetryConnectionStep, _Mapping]]] = ...) -> None: ...
+
+class TelemetryRankProgress(_message.Message):
+    __slots__ = ("communicator", "rank", "last_arrived", "last_completed", "inside_ns", "idle_ns")
+    COMMUNICATOR_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LAST_ARRIVED_FIELD_NUMBER: _ClassVar[int]
+    LAST_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    INSIDE_NS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_NS_FIELD_NUMBER: _ClassVar[int]
+    communicator: str
+    rank: int
+    last_arrived: int
+    last_completed: int
+    inside_ns: int
+    idle_ns: int
+    def __init__(self, communicator: _Optional[str] = ..., rank: _Optional[int] = ..., last_arrived: _Optional[int] = ..., last_completed: _Optional[int] = ..., inside_ns: _Optional[int] = ..., idle_ns: _Optional[int] = ...) -> None: ...
+
+class TelemetryConnectionProgress(_message.Message):
+    __slots__ = ("key", "bytes_total", "idle_ns")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    IDLE_NS_FIELD_NUMBER: _ClassVar[int]
+    key: TelemetryConnectionKey
+    bytes_total: int
+    idle_ns: int
+    def __init__(self, key: _Optional[_Union[TelemetryConnectionKey, _Mapping]] = ..., bytes_total: _Optional[int] = ..., idle_ns: _Optional[int] = ...) -> None: ...
+
+class TelemetryProgress(_message.Message):
+    __slots__ = ("job_id", "host", "ranks", "connections", "dropped")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    host: str
+    ranks: _containers.RepeatedCompositeFieldContainer[TelemetryRankProgress]
+    connections: _containers.RepeatedCompositeFieldContainer[TelemetryConnectionProgress]
+    dropped: int
+    def __init__(self, job_id: _Optional[str] = ..., host: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[TelemetryRankProgress, _Mapping]]] = ..., connections: _Optional[_Iterable[_Union[TelemetryConnectionProgress, _Mapping]]] = ..., dropped: _Optional[int] = ...) -> None: ...
+
+class TelemetryReport(_message.Message):
+    __slots__ = ("host", "steps", "progress")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    steps: _containers.RepeatedCompositeFieldContainer[TelemetryStepSummary]
+    progress: _containers.RepeatedCompositeFieldContainer[TelemetryProgress]
+    def __init__(self, host: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[TelemetryStepSummary, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[TelemetryProgress, _Mapping]]] = ...) -> None: ...
+
 class AgentMessage(_message.Message):
-    __slots__ = ("hello", "results")
+    __slots__ = ("hello", "results", "telemetry")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    TELEMETRY_FIELD_NUMBER: _ClassVar[int]
     hello: AgentHello
     results: ProbeResults
-    def __init__(self, hello: _Optional[_Union[AgentHello, _Mapping]] = ..., results: _Optional[_Union[ProbeResults, _Mapping]] = ...) -> None: ...
+    telemetry: TelemetryReport
+    def __init__(self, hello: _Optional[_Union[AgentHello, _Mapping]] = ..., results: _Optional[_Union[ProbeResults, _Mapping]] = ..., telemetry: _Optional[_Union[TelemetryReport, _Mapping]] = ...) -> None: ...
 
 class ControllerMessage(_message.Message):
     __slots__ = ("welcome", "batch")
