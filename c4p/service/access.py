@@ -121,6 +121,18 @@ class Guard:
                 return hosts
         raise PermissionDenied("not a registration credential", "authorization")
 
+    def registrant(self, metadata: Mapping[str, str | bytes]) -> str:
+        """Which credential registers (a replayed registration answers it alone, see
+        :meth:`c4p.controller.intake.Intake.register`): ``token:<fingerprint>`` of the
+        registration or admin token used, an HMAC of it under the store's secret (nothing
+        stored can be replayed as the token), or "" with open registration (no credential:
+        the caller's identity decides, :mod:`c4p.service.peers`)."""
+        if not self._register:
+            return ""
+        token = bearer(metadata)
+        mac = hmac.new(self._secret, f"registrant\0{token}".encode(), hashlib.sha256)
+        return "token:" + mac.hexdigest()[:32]
+
     def admin(self, metadata: Mapping[str, str | bytes], peer_names: Sequence[str] = ()) -> int:
         """The number of the admin credential the call carries (callers are told apart by it)."""
         if not self._admin:

@@ -76,7 +76,9 @@ class FlowIntentServicer:
         denied += host_problems([r.host for r in request.ranks], call.hosts, "ranks")
         if denied:
             raise PermissionDenied(denied)
-        done = await asyncio.to_thread(self.intake.register, convert.registration(request))
+        done = await asyncio.to_thread(
+            self.intake.register, convert.registration(request), call.credential
+        )
         record = done.record
         mode = self.state.mode_if_registered(record.job_id)  # None: released meanwhile
         if not done.replayed:

@@ -35,6 +35,7 @@ from c4p.controller.errors import (
     Unauthenticated,
     Unavailable,
 )
+from c4p.service import peers
 from c4p.service.access import Guard, RateLimiter
 from c4p.service.telemetry import Metrics
 from c4p.store.base import StoreError
@@ -63,6 +64,8 @@ class Call:
     incarnation: int = 0
     hosts: tuple[str, ...] = ("*",)
     """RegisterJob: the host patterns the caller's credential may place ranks on."""
+    credential: str = ""
+    """RegisterJob: who registers (a replay answers only them; "" never matches)."""
 
 
 Unary = Callable[[Any, Call], Awaitable[Message]]
@@ -78,6 +81,14 @@ class Endpoint:
     stream: Stream | None = None
     changes: bool = False
     """An admin call that changes something (drain, restore, replan): a bucket of its own."""
+
+
+def _cert_names(context: grpc.aio.ServicerContext) -> list[str]:
+    """The common names of the caller's client certificate (mTLS; none otherwise)."""
+    return [
+        n.decode("utf-8", "replace")
+        for n in (context.auth_context() or {}).get("x509_common_name", ())
+    ]
 
 
 def _peer_host(peer: str) -> str:
@@ -145,18 +156,17 @@ class Gate:
                 incarnation = self.guard.job(metadata, job_id)
                 call = Call(e.name, peer, f"job:{job_id}", job_id, incarnation)
             elif e.scope is Scope.ADMIN:
-                names = [
-                    n.decode("utf-8", "replace")
-                    for n in (context.auth_context() or {}).get("x509_common_name", ())
-                ]
-                which = self.guard.admin(metadata, names)
+                which = self.guard.admin(metadata, _cert_names(context))
                 kind = "change" if e.changes else "read"
                 call = Call(e.name, peer, f"admin:{which}:{host}:{kind}")
             else:
                 call = Call(e.name, peer, f"peer:{host}")
                 self.limiter.take(call.caller)
-                call = replace(call, hosts=self.guard.register(metadata))
-                return request, call
+                hosts = self.guard.register(metadata)
+                credential = self.guard.registrant(metadata) or peers.identity(
+                    peer, _cert_names(context)
+                )
+                return request, replace(call, hosts=hosts, credential=credential)
         except (Unauthenticated, PermissionDenied):
             self.failures.take(f"auth:{host}")
             raise
