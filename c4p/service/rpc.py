@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -35,7 +35,7 @@ from c4p.controller.errors import (
     Unauthenticated,
     Unavailable,
 )
-from c4p.service import peers
+from c4p.service import limits, peers
 from c4p.service.access import Guard, RateLimiter
 from c4p.service.telemetry import Metrics
 from c4p.store.base import StoreError
@@ -149,7 +149,8 @@ class Gate:
             metadata.setdefault(key, value)
         peer = context.peer() or ""
         host = _peer_host(peer)
-        self.failures.check(f"auth:{host}")  # a peer that failed too often is not even heard
+        failed = limits.failure_bucket(e.scope is Scope.JOB, metadata, host)
+        self.failures.check(failed)  # a credential (or peer) that failed too often is not heard
         try:
             if e.scope is Scope.JOB:
                 job_id = str(request.job_id)
@@ -160,17 +161,17 @@ class Gate:
                 kind = "change" if e.changes else "read"
                 call = Call(e.name, peer, f"admin:{which}:{host}:{kind}")
             else:
-                call = Call(e.name, peer, f"peer:{host}")
-                self.limiter.take(call.caller)
                 hosts = self.guard.register(metadata)
-                credential = self.guard.registrant(metadata) or peers.identity(
-                    peer, _cert_names(context)
-                )
-                return request, replace(call, hosts=hosts, credential=credential)
+                token = self.guard.registrant(metadata)
+                caller = limits.register_bucket(token, host)
+                call = Call(e.name, peer, caller, hosts=hosts, credential=token)
         except (Unauthenticated, PermissionDenied):
-            self.failures.take(f"auth:{host}")
+            self.failures.take(failed)
             raise
         self.limiter.take(call.caller)
+        if e.scope is Scope.REGISTER and not call.credential:  # open: who is it (after the
+            identity = peers.identity(peer, _cert_names(context))  # limit: reads /proc)
+            call = Call(e.name, peer, call.caller, hosts=call.hosts, credential=identity)
         return request, call
 
     async def _refuse(

@@ -5,8 +5,8 @@
 Starts ``c4p serve`` as a child process on 127.0.0.1 (a 6-leaf fabric, a store in a temporary
 directory) and runs two scenarios against it over gRPC:
 
-* **bomb**: one SubmitIntents of 9 explicit communicators x 65,000 connections whose ranks are
-  out of range (about 3.5 MB). Reported: the answer's code and problem count, the server's CPU
+* **bomb**: one SubmitIntents of 9 (``--communicators``) explicit communicators x 65,000
+  connections whose ranks are out of range (about 3.5 MB). Reported: the answer's code and problem count, the server's CPU
   seconds (``/proc/<pid>/stat`` utime+stime) and resident memory growth (``VmRSS``, and the
   peak ``VmHWM``) over the call, and how long an admin ListJobs issued meanwhile took.
 * **lockout**: a released job's client retries SubmitIntents with its dead token at 10/s for
@@ -43,6 +43,9 @@ ADMIN = "measure-admin-token-0123456789"
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--seconds", type=float, default=8.0)
+parser.add_argument(
+    "--communicators", type=int, default=9, help="Of the bomb (4: under the request's count cap)."
+)
 parser.add_argument("--c4p", type=Path, default=Path(__file__).resolve().parents[2])
 args = parser.parse_args()
 
@@ -100,7 +103,7 @@ def bomb(pid: int, address: str, hosts: list[str]) -> None:
                     for k in range(65_000)
                 ],
             )
-            for c in range(9)
+            for c in range(args.communicators)
         ]
         size = sum(c.ByteSize() for c in comms)
         cpu0, rss0 = cpu_s(pid), memory_mb(pid, "VmRSS")
