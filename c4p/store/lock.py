@@ -24,6 +24,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import threading
 from pathlib import Path
 
 from c4p.store.base import StoreError
@@ -112,6 +113,7 @@ class FileClaim:
         self.lock = StoreLock(store)
         self._identity: tuple[int, int] | None = None
         self._lost = ""
+        self._checking = threading.Lock()  # a commit and the periodic check may race
 
     def opened(self) -> None:
         """The database file is open now: remember which file it is."""
@@ -120,22 +122,30 @@ class FileClaim:
     def check(self) -> None:
         """Raise :class:`StoreError` if writes would not reach the file a restart reads (the
         first time: one log line; afterwards the same refusal, without re-checking)."""
-        if not self._lost:
-            why = self.lock.lost()
-            if not why and self._identity is not None and identity(self.store) != self._identity:
-                why = "its database file was deleted or replaced"
-            if why:
-                self._lost = why
-                log.error(
-                    "store lost: %s; no more writes until a restart",
-                    why,
-                    extra={"event": "store-lost", "store": str(self.store), "reason": why},
-                )
+        with self._checking:
+            if not self._lost:
+                self._lost = self._why()
+                if self._lost:
+                    log.error(
+                        "store lost: %s; no more writes until a restart",
+                        self._lost,
+                        extra={
+                            "event": "store-lost",
+                            "store": str(self.store),
+                            "reason": self._lost,
+                        },
+                    )
         if self._lost:
             raise StoreError(
                 f"store {self.store}: {self._lost} while serving; writes stop (acknowledging "
                 "them would lose them at the next start); restart the controller"
             )
+
+    def _why(self) -> str:
+        why = self.lock.lost()
+        if not why and self._identity is not None and identity(self.store) != self._identity:
+            why = "its database file was deleted or replaced"
+        return why
 
     @property
     def lost(self) -> str:

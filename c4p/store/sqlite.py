@@ -464,14 +464,14 @@ class SqliteStore:
 
     def verify(self) -> str:
         """Why writes are refused for good ("" while the store is its file's one writer):
-        the periodic check of :mod:`c4p.service.store_watch`."""
+        the periodic check of :mod:`c4p.service.store_watch`. Without the store's lock (two
+        ``stat`` calls): the event loop asks it and must not wait for a long commit."""
         if self._claim is None:
             return ""
-        with self._lock:
-            try:
-                self._claim.check()
-            except StoreError:
-                return self._claim.lost
+        try:
+            self._claim.check()
+        except StoreError:
+            return self._claim.lost
         return ""
 
     def announce(self, address: str) -> None:
