@@ -8,6 +8,7 @@ first; a deleted store was not noticed, writes were acknowledged and lost at the
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import grpc
@@ -99,7 +100,9 @@ def test_a_store_file_gone_while_open_refuses_writes(tmp_path: Path, how: str) -
         store.close()
 
 
-def test_a_store_deleted_under_a_running_server_stops_writes(tmp_path: Path) -> None:
+def test_a_store_deleted_under_a_running_server_stops_writes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     store = {"path": str(tmp_path / "c4p.db"), "synchronous": "normal", "check_s": 0.2}
     with (
         serving(FABRIC, tmp_path, store=store) as service,
@@ -118,8 +121,11 @@ def test_a_store_deleted_under_a_running_server_stops_writes(tmp_path: Path) -> 
         with pytest.raises(ApiError) as caught:
             admin.drain(FABRIC.links[0].id, "x")
         assert caught.value.code == grpc.StatusCode.UNAVAILABLE
-        admin.replan("a step that would commit")  # may answer; must not turn health back
+        admin.replan("a step that would commit", wait=False)  # must not turn health back
+        time.sleep(1.0)  # the step runs (debounce 0.02 s) and fails to commit meanwhile
         assert health(service.address, STORE_HEALTH) == NOT_SERVING
+    lost = [r for r in caplog.records if getattr(r, "event", "") == "store-lost"]
+    assert len(lost) == 1, lost  # one line, however many writes were refused
 
 
 def test_a_store_deleted_is_refused_before_the_periodic_check(tmp_path: Path) -> None:
