@@ -121,8 +121,10 @@ def test_a_store_deleted_under_a_running_server_stops_writes(
         with pytest.raises(ApiError) as caught:
             admin.drain(FABRIC.links[0].id, "x")
         assert caught.value.code == grpc.StatusCode.UNAVAILABLE
-        admin.replan("a step that would commit", wait=False)  # must not turn health back
-        time.sleep(1.0)  # the step runs (debounce 0.02 s) and fails to commit meanwhile
+        with pytest.raises(ApiError) as caught:  # a plan that cannot be kept: at once, not
+            admin.replan("a step that would commit")  # after the 60 s wait for its step
+        assert caught.value.code == grpc.StatusCode.UNAVAILABLE
+        time.sleep(1.0)  # steps (debounce 0.02 s) may run and fail to commit meanwhile
         assert health(service.address, STORE_HEALTH) == NOT_SERVING
     lost = [r for r in caplog.records if getattr(r, "event", "") == "store-lost"]
     assert len(lost) == 1, lost  # one line, however many writes were refused

@@ -34,7 +34,9 @@ from c4p.store.base import (
     JobPredictionRecord,
     ModeSource,
     Store,
+    StoreError,
 )
+from c4p.store.sqlite import SqliteStore
 from topology.model import LinkStatus
 
 log = logging.getLogger("c4p.service")
@@ -216,6 +218,10 @@ class AdminServicer:
 
     async def replan(self, request: admin.ReplanRequest, call: Call) -> admin.ReplanResponse:
         reason = request.reason[:256]
+        store = self.store
+        if isinstance(store, SqliteStore) and (lost := store.verify()):
+            raise StoreError(f"store {store.path}: {lost}")  # a plan that would not be kept:
+            # say so now (its step could never commit, so waiting for it would only time out)
         revision = self.state.bump()
         self.loop.enqueue(Key(KeyKind.REPLAN, reason or "operator", force=True))
         return admin.ReplanResponse(decision=await self._waited(revision, request.wait))
