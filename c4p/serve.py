@@ -200,6 +200,12 @@ class StoreConfig(Strict):
     path: Path = Field(default=Path("c4p-controller.db"), description="SQLite file.")
     synchronous: Synchronous = Synchronous.FULL
     tombstone_horizon: int = Field(default=1000, ge=1, description="Epochs a resume may span.")
+    check_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=86_400,
+        description="How often the SQLite file's identity is checked besides before each commit.",
+    )
     endpoints: tuple[str, ...] = Field(default=(), description="etcd members, host:port.")
     prefix: str = Field(default="/c4p/", min_length=1, max_length=128, pattern=r"^/[\x21-\x7e]*$")
     tls: EtcdTlsConfig | None = Field(default=None, description="TLS toward etcd (none: plain).")

@@ -289,6 +289,13 @@ def admin_drain(
 def admin_restore(
     link: Annotated[str, typer.Argument(help="'a--b', or one end 'device:interface'.")],
     wait: Annotated[bool, typer.Option(help="Answer once the next plan is in force.")] = True,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Also end its hold-down or flap suppression now (logged in the decisions).",
+        ),
+    ] = False,
     address: Address = "127.0.0.1:50051",
     token_file: TokenFile = None,
     ca_file: CaFile = None,
@@ -297,10 +304,11 @@ def admin_restore(
     server_name: ServerName = None,
     json_path: JsonOption = None,
 ) -> None:
-    """Give a drained link back (in use after the hold-down, like any returning link)."""
+    """Give a drained link back (in use after the hold-down, like any returning link; a link
+    that flapped is held longer: ``--force`` ends the hold)."""
 
     def body(client: AdminClient) -> None:
-        reply = client.restore(link, wait=wait)
+        reply = client.restore(link, wait=wait, force=force)
         text = f"{reply.link_id}: {reply.effective}" + ("" if reply.changed else " (already)")
         emit(json_path, as_dict(reply), lambda: console.print(text, highlight=False))
 

@@ -373,8 +373,11 @@ class AdminClient:
         reply: admin.LinkChangeResponse = self._call(self._drain, request)
         return reply
 
-    def restore(self, link: str, wait: bool = True) -> admin.LinkChangeResponse:
-        request = admin.RestoreLinkRequest(link=link, wait=wait)
+    def restore(
+        self, link: str, wait: bool = True, force: bool = False
+    ) -> admin.LinkChangeResponse:
+        """Give a drained link back; ``force`` also ends its hold-down or flap suppression."""
+        request = admin.RestoreLinkRequest(link=link, wait=wait, force=force)
         reply: admin.LinkChangeResponse = self._call(self._restore, request)
         return reply
 

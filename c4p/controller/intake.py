@@ -185,9 +185,14 @@ class Intake:
 
     # -- jobs ------------------------------------------------------------------------------------
 
-    def register(self, fields: Mapping[str, Any]) -> Registered:
+    def register(self, fields: Mapping[str, Any], credential: str = "") -> Registered:
         """Register a job from ``job_id, tenant, priority, hosts | ranks, request_id`` and an
-        optional ``control_mode`` (off, shadow, active; absent: the rollout policy)."""
+        optional ``control_mode`` (off, shadow, active; absent: the rollout policy).
+
+        ``credential`` names who registers: a replay (same request id and content) is answered
+        with the job (and so its token) only for the credential that registered it; anyone
+        else gets ALREADY_EXISTS, exactly like a different registration (issue 33: a replay
+        must not hand one job's token to another caller). "" matches no one."""
         problems: list[Problem] = []
         tenant, request_id = str(fields.get("tenant", "")), str(fields.get("request_id", ""))
         control: ControlMode | None = None
@@ -224,8 +229,9 @@ class Intake:
         with self.state.lock:
             existing = self.state.jobs.get(spec.id)
             if existing is not None:
-                same = existing.record.digest == digest and request_id
-                if same and existing.record.request_id == request_id:
+                same = existing.record.digest == digest and request_id and credential
+                mine = existing.record.registered_by == credential
+                if same and mine and existing.record.request_id == request_id:
                     return Registered(existing.record, existing.ranks, self.state.epoch, True)
                 raise AlreadyExists(f"job {spec.id!r} is already registered", "job_id")
             if len(self.state.jobs) >= self.limits.max_jobs:
@@ -249,6 +255,7 @@ class Intake:
                 registered_at=self.clock(),
                 registered_epoch=self.state.epoch,
                 control=control,
+                registered_by=credential,
             )
             found = placement_problems(fabric, record)
             if found:

@@ -446,6 +446,15 @@ class ControllerState:
         found = [t for t in times if t is not None]
         return min(found) if found else None
 
+    def release_operator_hold(self, link: int, now: float) -> bool:
+        """An operator forced a restore: end the hold-down or flap suppression of a restored
+        link now (only in memory, like the damping history itself). ``True`` if it was held."""
+        with self.lock:
+            if not self.operator.release(link, now):
+                return False
+            self.bump()
+            return True
+
     def operator_held(self, link: int, now: float) -> bool:
         """Restored by an operator but not yet back in use (hold-down or suppressed)."""
         with self.lock:

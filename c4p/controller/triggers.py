@@ -210,6 +210,20 @@ class LinkTracker:
             h.suppressed = False
         return self._usable_at(h, now) > now
 
+    def usable_at(self, link: int, now: float) -> float | None:
+        """When a held link is back in use (``None``: not held)."""
+        if not self.held(link, now):
+            return None
+        return self._usable_at(self._links[link], now)
+
+    def release(self, link: int, now: float) -> bool:
+        """End a hold at once (an operator's forced restore): the flap history is forgotten, as
+        if the link had been up and quiet all along. ``True`` if it was held."""
+        if not self.held(link, now):
+            return False
+        self._links[link] = _History(LinkStatus.UP, updated=now)
+        return True
+
     def effective(self, now: float) -> dict[int, LinkStatus]:
         """Every link that is not plainly usable, with the status the planner must see."""
         out: dict[int, LinkStatus] = {}

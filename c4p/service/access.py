@@ -21,15 +21,20 @@ on the wire. The rules:
 * admin calls need an admin token; with mTLS the client certificate may further be required to
   carry one of the configured names.
 
-Failed authentications are rate-limited per peer address: once a peer has spent its allowance
-of failures (``failed_auth_per_s``, ``failed_auth_burst``), its calls are refused with
-RESOURCE_EXHAUSTED *before* the credential is even compared, so guessing tokens costs time.
+Failed authentications are rate-limited (``failed_auth_per_s``, ``failed_auth_burst``): failures
+with an admin or registration token (chosen by an operator, so guessable) or a malformed one
+spend the peer address's allowance, and once it is spent those calls are refused with
+RESOURCE_EXHAUSTED *before* the credential is even compared, so guessing tokens costs time;
+failures with a well-formed job token (unguessable) spend that token's own allowance, so a
+released job's client retrying with its dead token slows itself and nobody else
+(:mod:`c4p.service.limits`).
 
 Why rate limits per caller and not global: one misbehaving job (a plugin in a crash loop
-re-submitting intents) must not starve the others. The caller is the job for job-scoped calls,
-the peer address for registrations, and for operator calls the admin credential used, the peer
-address and whether the call reads or changes something: a polling dashboard spends its own
-bucket and can never starve an urgent DrainLink from another operator (or from itself). Token
+re-submitting intents) must not starve the others. The caller is the credential: the job for
+job-scoped calls, the registration token for registrations (the peer address only for open
+registration, which has no credential), and for operator calls the admin credential used, the
+peer address and whether the call reads or changes something: a polling dashboard spends its
+own bucket and can never starve an urgent DrainLink from another operator (or from itself). Token
 buckets refill at ``requests_per_s`` up to ``burst``; an empty bucket is RESOURCE_EXHAUSTED
 (retryable: the client backs off). The number of buckets is bounded (the least recently used
 are forgotten, which only ever *refills* a forgotten caller).
@@ -120,6 +125,18 @@ class Guard:
             if _same(token, secret):
                 return hosts
         raise PermissionDenied("not a registration credential", "authorization")
+
+    def registrant(self, metadata: Mapping[str, str | bytes]) -> str:
+        """Which credential registers (a replayed registration answers it alone, see
+        :meth:`c4p.controller.intake.Intake.register`): ``token:<fingerprint>`` of the
+        registration or admin token used, an HMAC of it under the store's secret (nothing
+        stored can be replayed as the token), or "" with open registration (no credential:
+        the caller's identity decides, :mod:`c4p.service.peers`)."""
+        if not self._register:
+            return ""
+        token = bearer(metadata)
+        mac = hmac.new(self._secret, f"registrant\0{token}".encode(), hashlib.sha256)
+        return "token:" + mac.hexdigest()[:32]
 
     def admin(self, metadata: Mapping[str, str | bytes], peer_names: Sequence[str] = ()) -> int:
         """The number of the admin credential the call carries (callers are told apart by it)."""

@@ -11,6 +11,7 @@ reconcile loop for longer than a copy under the state lock.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,8 +34,12 @@ from c4p.store.base import (
     JobPredictionRecord,
     ModeSource,
     Store,
+    StoreError,
 )
+from c4p.store.sqlite import SqliteStore
 from topology.model import LinkStatus
+
+log = logging.getLogger("c4p.service")
 
 SERVICE = "c4p.v1.AdminService"
 MAX_LOG = 1000
@@ -107,6 +112,8 @@ class AdminServicer:
                     flap_penalty=r.flap_penalty,
                     flows=r.flows,
                     jobs=r.jobs,
+                    operator_penalty=r.operator_penalty,
+                    usable_at=convert.timestamp(r.usable_at) if r.usable_at else None,
                 )
                 for r in rows
             ],
@@ -186,10 +193,18 @@ class AdminServicer:
         self, request: admin.RestoreLinkRequest, call: Call
     ) -> admin.LinkChangeResponse:
         link_id, changed, revision = await asyncio.to_thread(self.intake.restore, request.link)
-        if changed:
-            self.loop.enqueue(Key(KeyKind.DRAIN, link_id, "restored"))
         number = self.state.fabric.index.link_number(link_id)
         now = self.clock()
+        if request.force and self.state.release_operator_hold(number, now):
+            revision = self.state.bump()  # the hold ended: a forced step says so in the log
+            changed = True
+            log.warning(
+                "forced restore",
+                extra={"event": "forced-restore", "link": link_id, "caller": call.caller},
+            )
+            self.loop.enqueue(Key(KeyKind.DRAIN, link_id, "restored --force (hold ended)", True))
+        elif changed:
+            self.loop.enqueue(Key(KeyKind.DRAIN, link_id, "restored"))
         effective = self.state.effective_links(now).get(number)
         text = effective.value if effective else "up"
         if effective is LinkStatus.DRAINED and self.state.operator_held(number, now):
@@ -203,6 +218,10 @@ class AdminServicer:
 
     async def replan(self, request: admin.ReplanRequest, call: Call) -> admin.ReplanResponse:
         reason = request.reason[:256]
+        store = self.store
+        if isinstance(store, SqliteStore) and (lost := store.verify()):
+            raise StoreError(f"store {store.path}: {lost}")  # a plan that would not be kept:
+            # say so now (its step could never commit, so waiting for it would only time out)
         revision = self.state.bump()
         self.loop.enqueue(Key(KeyKind.REPLAN, reason or "operator", force=True))
         return admin.ReplanResponse(decision=await self._waited(revision, request.wait))
@@ -272,6 +291,10 @@ class LinkRow:
     flap_penalty: float
     flows: int
     jobs: int
+    operator_penalty: float = 0.0
+    """The damping penalty of the operator's drains and restores (``flap_penalty``: the fabric
+    source's reports); a held link shows the one that holds it and when it is usable again."""
+    usable_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -304,6 +327,7 @@ def link_rows(state: ControllerState, now: float, only_changed: bool) -> list[Li
             eff = effective.get(i, LinkStatus.UP)
             override = state.overrides.get(link.id)
             held = state.tracker.held(i, now) or state.operator.held(i, now)
+            tracker_at = state.tracker.usable_at(i, now)
             if only_changed and eff is LinkStatus.UP and observed is LinkStatus.UP:
                 continue
             on: Mapping[str, int] = state.link_jobs.get(i, {})
@@ -321,6 +345,11 @@ def link_rows(state: ControllerState, now: float, only_changed: bool) -> list[Li
                     flap_penalty=state.tracker.penalty(i, now),
                     flows=sum(on.values()),
                     jobs=len(on),
+                    operator_penalty=state.operator.penalty(i, now),
+                    usable_at=max(
+                        (t for t in (tracker_at, state.operator.usable_at(i, now)) if t),
+                        default=0.0,
+                    ),
                 )
             )
         return rows

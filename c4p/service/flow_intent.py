@@ -24,7 +24,7 @@ from c4p.controller.intake import Intake, Outcome
 from c4p.controller.loop import ControllerLoop
 from c4p.controller.state import ControllerState, JobUpdate
 from c4p.controller.triggers import Key, KeyKind
-from c4p.service import convert
+from c4p.service import convert, intent_bounds
 from c4p.service.access import Guard, host_problems
 from c4p.service.rpc import Call, Endpoint, Scope
 from c4p.service.telemetry import Metrics
@@ -76,7 +76,9 @@ class FlowIntentServicer:
         denied += host_problems([r.host for r in request.ranks], call.hosts, "ranks")
         if denied:
             raise PermissionDenied(denied)
-        done = await asyncio.to_thread(self.intake.register, convert.registration(request))
+        done = await asyncio.to_thread(
+            self.intake.register, convert.registration(request), call.credential
+        )
         record = done.record
         mode = self.state.mode_if_registered(record.job_id)  # None: released meanwhile
         if not done.replayed:
@@ -98,6 +100,15 @@ class FlowIntentServicer:
             [(len(c.ranks), len(c.connections)) for c in request.communicators],
             len(request.withdraw),
         )  # sizes first: nothing is copied out of the message before they pass
+        intent_bounds.admit_connections(request.communicators, self.intake.limits)
+        with self.state.lock:
+            entry = self.state.jobs.get(call.job_id)
+            size = len(entry.ranks) if entry is not None else 0
+            nics = {f"{r.host}:{r.nic}" for r in entry.ranks} if entry is not None else set()
+        found = await asyncio.to_thread(
+            intent_bounds.connection_problems, request.communicators, size, nics
+        )
+        intent_bounds.refuse(found)  # read, not built: nothing converted until this passes
         comms = [convert.communicator(c) for c in request.communicators]
         done = await asyncio.to_thread(
             self.intake.submit, call.job_id, call.incarnation, comms, list(request.withdraw)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -35,6 +35,7 @@ from c4p.controller.errors import (
     Unauthenticated,
     Unavailable,
 )
+from c4p.service import limits, peers
 from c4p.service.access import Guard, RateLimiter
 from c4p.service.telemetry import Metrics
 from c4p.store.base import StoreError
@@ -63,6 +64,8 @@ class Call:
     incarnation: int = 0
     hosts: tuple[str, ...] = ("*",)
     """RegisterJob: the host patterns the caller's credential may place ranks on."""
+    credential: str = ""
+    """RegisterJob: who registers (a replay answers only them; "" never matches)."""
 
 
 Unary = Callable[[Any, Call], Awaitable[Message]]
@@ -78,6 +81,14 @@ class Endpoint:
     stream: Stream | None = None
     changes: bool = False
     """An admin call that changes something (drain, restore, replan): a bucket of its own."""
+
+
+def _cert_names(context: grpc.aio.ServicerContext) -> list[str]:
+    """The common names of the caller's client certificate (mTLS; none otherwise)."""
+    return [
+        n.decode("utf-8", "replace")
+        for n in (context.auth_context() or {}).get("x509_common_name", ())
+    ]
 
 
 def _peer_host(peer: str) -> str:
@@ -138,29 +149,29 @@ class Gate:
             metadata.setdefault(key, value)
         peer = context.peer() or ""
         host = _peer_host(peer)
-        self.failures.check(f"auth:{host}")  # a peer that failed too often is not even heard
+        failed = limits.failure_bucket(e.scope is Scope.JOB, metadata, host)
+        self.failures.check(failed)  # a credential (or peer) that failed too often is not heard
         try:
             if e.scope is Scope.JOB:
                 job_id = str(request.job_id)
                 incarnation = self.guard.job(metadata, job_id)
                 call = Call(e.name, peer, f"job:{job_id}", job_id, incarnation)
             elif e.scope is Scope.ADMIN:
-                names = [
-                    n.decode("utf-8", "replace")
-                    for n in (context.auth_context() or {}).get("x509_common_name", ())
-                ]
-                which = self.guard.admin(metadata, names)
+                which = self.guard.admin(metadata, _cert_names(context))
                 kind = "change" if e.changes else "read"
                 call = Call(e.name, peer, f"admin:{which}:{host}:{kind}")
             else:
-                call = Call(e.name, peer, f"peer:{host}")
-                self.limiter.take(call.caller)
-                call = replace(call, hosts=self.guard.register(metadata))
-                return request, call
+                hosts = self.guard.register(metadata)
+                token = self.guard.registrant(metadata)
+                caller = limits.register_bucket(token, host)
+                call = Call(e.name, peer, caller, hosts=hosts, credential=token)
         except (Unauthenticated, PermissionDenied):
-            self.failures.take(f"auth:{host}")
+            self.failures.take(failed)
             raise
         self.limiter.take(call.caller)
+        if e.scope is Scope.REGISTER and not call.credential:  # open: who is it (after the
+            identity = peers.identity(peer, _cert_names(context))  # limit: reads /proc)
+            call = Call(e.name, peer, call.caller, hosts=call.hosts, credential=identity)
         return request, call
 
     async def _refuse(

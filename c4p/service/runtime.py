@@ -66,6 +66,7 @@ from c4p.service.fabric_watch import FabricWatch
 from c4p.service.flow_intent import StreamHub
 from c4p.service.probing import ProbeWorker
 from c4p.service.rpc import Gate
+from c4p.service.store_watch import StoreWatch
 from c4p.service.telemetry import Metrics
 from c4p.store.base import Store
 from c4p.store.sqlite import SqliteStore
@@ -199,6 +200,11 @@ class ServiceRuntime:
         )
         self.health = HealthServicer()
         self._health_status: Any = None
+        self.store_watch: StoreWatch | None = None
+        if isinstance(self.store, SqliteStore):  # deleted or replaced under us: c4p.store.lock
+            self.store_watch = StoreWatch(
+                self.store.verify, config.store.check_s, lambda _: self._store_health_lost()
+            )
         self._pumps: list[threading.Thread] = []
         self._stopping = threading.Event()
         self.server: grpc.aio.Server | None = None
@@ -283,6 +289,9 @@ class ServiceRuntime:
         (fail-static), and the same rule holds for an etcd replica that lost its quorum."""
         if self._health_status == status or self._stopping.is_set() or self.server is None:
             return
+        serving = status == health_pb2.HealthCheckResponse.SERVING
+        if serving and self.store_watch is not None and self.store_watch.lost():
+            return  # a store deleted or replaced under us never serves again
         self._health_status = status
         self.metrics.store_writable.set(
             1 if status == health_pb2.HealthCheckResponse.SERVING else 0
@@ -419,6 +428,10 @@ class ServiceRuntime:
         for name in ("", *names[:2], STORE_HEALTH):  # last: SERVING once everything is up
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._health_status = health_pb2.HealthCheckResponse.SERVING
+        if self.store_watch is not None:
+            assert isinstance(self.store, SqliteStore)
+            self.store.announce(self.address)  # a refused second controller names us
+            self.store_watch.start()
         log.info(
             "serving",
             extra={
@@ -471,6 +484,8 @@ class ServiceRuntime:
     async def stop(self) -> None:
         """Stop whatever is running (also after a start that failed half-way)."""
         self._stopping.set()
+        if self.store_watch is not None:
+            await self.store_watch.stop()
         if self.fleet is not None:
             await asyncio.to_thread(self.fleet.stop)
         for pump in self._pumps:

@@ -81,6 +81,9 @@ class JobRecord(Frozen):
     """The job's pinned control mode; ``None`` follows the rollout policy of the config."""
     control_by: ModeSource = ModeSource.JOB
     """Who pinned it: the job at registration, or an operator later."""
+    registered_by: str = Field(default="", max_length=80)
+    """The credential that registered the job (a fingerprint, never the credential): only it
+    gets the token back from a replayed registration ("": a store of an older c4p, no one)."""
 
 
 class CommunicatorRecord(Frozen):

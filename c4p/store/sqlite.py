@@ -39,6 +39,7 @@ from c4p.store.base import (
     StoredState,
     StoreError,
 )
+from c4p.store.lock import FileClaim
 
 SCHEMA = "c4p-store-1"
 DECISIONS_KEPT = 10_000
@@ -85,6 +86,7 @@ class SqliteStore:
         self.path = str(path)
         self._lock = threading.Lock()
         self._synchronous = Synchronous(synchronous)
+        self._claim: FileClaim | None = None
         if self.path == ":memory:":
             self._db = self._connect(self.path)
             self._create()
@@ -94,14 +96,21 @@ class SqliteStore:
             file.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"store {self.path}: cannot create its directory: {exc}") from exc
-        if not file.exists():
-            self._create_file(file)
-        self._preflight(file)
-        self._db = self._connect(self.path)
+        self._claim = FileClaim(file)  # first: one writer, also while creating the file
+        try:
+            if not file.exists():
+                self._create_file(file)
+            self._preflight(file)
+            self._db = self._connect(self.path)
+        except BaseException:
+            self._claim.close()
+            raise
+        self._claim.opened()
         try:
             self._check_opened()
         except BaseException:
             self._db.close()
+            self._claim.close()
             raise
 
     # -- opening -----------------------------------------------------------------------------
@@ -235,6 +244,8 @@ class SqliteStore:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
                     yield self._db
+                    if self._claim is not None:  # still the one writer of the file a restart
+                        self._claim.check()  # reads (c4p.store.lock)
                 except BaseException:
                     self._db.execute("ROLLBACK")
                     raise
@@ -451,9 +462,28 @@ class SqliteStore:
         )
         self._set_meta(db, decision_sequence=decision.sequence)
 
+    def verify(self) -> str:
+        """Why writes are refused for good ("" while the store is its file's one writer):
+        the periodic check of :mod:`c4p.service.store_watch`. Without the store's lock (two
+        ``stat`` calls): the event loop asks it and must not wait for a long commit."""
+        if self._claim is None:
+            return ""
+        try:
+            self._claim.check()
+        except StoreError:
+            return self._claim.lost
+        return ""
+
+    def announce(self, address: str) -> None:
+        """Name the serving address in the lock file (a refused second controller shows it)."""
+        if self._claim is not None:
+            self._claim.lock.note(f"pid {os.getpid()}, address {address}")
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            if self._claim is not None:
+                self._claim.close()
 
 
 def read_decisions(path: Path | str, limit: int = DECISIONS_KEPT) -> list[DecisionRecord]:

@@ -19,7 +19,7 @@ class GetFabricRequest(_message.Message):
     def __init__(self, only_changed: _Optional[bool] = ...) -> None: ...
 
 class LinkInfo(_message.Message):
-    __slots__ = ("id", "a", "b", "speed_gbps", "observed", "effective", "drained", "drain_reason", "held", "flap_penalty", "flows", "jobs")
+    __slots__ = ("id", "a", "b", "speed_gbps", "observed", "effective", "drained", "drain_reason", "held", "flap_penalty", "flows", "jobs", "operator_penalty", "usable_at")
     ID_FIELD_NUMBER: _ClassVar[int]
     A_FIELD_NUMBER: _ClassVar[int]
     B_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,8 @@ class LinkInfo(_message.Message):
     FLAP_PENALTY_FIELD_NUMBER: _ClassVar[int]
     FLOWS_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    USABLE_AT_FIELD_NUMBER: _ClassVar[int]
     id: str
     a: str
     b: str
@@ -44,7 +46,9 @@ class LinkInfo(_message.Message):
     flap_penalty: float
     flows: int
     jobs: int
-    def __init__(self, id: _Optional[str] = ..., a: _Optional[str] = ..., b: _Optional[str] = ..., speed_gbps: _Optional[float] = ..., observed: _Optional[str] = ..., effective: _Optional[str] = ..., drained: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., held: _Optional[bool] = ..., flap_penalty: _Optional[float] = ..., flows: _Optional[int] = ..., jobs: _Optional[int] = ...) -> None: ...
+    operator_penalty: float
+    usable_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., a: _Optional[str] = ..., b: _Optional[str] = ..., speed_gbps: _Optional[float] = ..., observed: _Optional[str] = ..., effective: _Optional[str] = ..., drained: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., held: _Optional[bool] = ..., flap_penalty: _Optional[float] = ..., flows: _Optional[int] = ..., jobs: _Optional[int] = ..., operator_penalty: _Optional[float] = ..., usable_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class FabricSnapshot(_message.Message):
     __slots__ = ("name", "switches", "hosts", "nic_ports", "links_total", "links", "epoch")
@@ -167,12 +171,14 @@ class DrainLinkRequest(_message.Message):
     def __init__(self, link: _Optional[str] = ..., reason: _Optional[str] = ..., wait: _Optional[bool] = ...) -> None: ...
 
 class RestoreLinkRequest(_message.Message):
-    __slots__ = ("link", "wait")
+    __slots__ = ("link", "wait", "force")
     LINK_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
     link: str
     wait: bool
-    def __init__(self, link: _Optional[str] = ..., wait: _Optional[bool] = ...) -> None: ...
+    force: bool
+    def __init__(self, link: _Optional[str] = ..., wait: _Optional[bool] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class LinkChangeResponse(_message.Message):
     __slots__ = ("link_id", "effective", "changed", "decision")
