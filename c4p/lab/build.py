@@ -2,10 +2,17 @@
 
 What a router namespace gets, and why:
 
-- ``fib_multipath_hash_policy=3`` with fields ``0x37`` (addresses, protocol, ports) and a fixed
-  ``fib_multipath_hash_seed``: multipath routes hash the L4 5-tuple, as RoCE fabrics do, so the
-  UDP source port chooses the path (what probing learns and bindings steer), the same way on
-  every run. (Policy 1 would reuse a socket's random txhash carried over the veth.)
+- ``fib_multipath_hash_policy`` (``hash_policy``, default 1) and a fixed
+  ``fib_multipath_hash_seed``. Policy 1 hashes the L4 5-tuple, as RoCE fabrics do, so the UDP
+  source port chooses the path (what probing learns and bindings steer); it is the kernel's
+  usual choice for L4 hashing and the realistic one, because it also *reuses* a packet's L4
+  hash when the packet has one: a packet from a **connected** socket carries that socket's
+  random ``sk_txhash`` over the veth, and the first router would pick its next hop from that,
+  not from the 5-tuple. That is why probes and lab traffic leave from unconnected sockets
+  (``sendto``; see :mod:`southbound.netprobe`), as a NIC's RoCE packets carry no socket hash.
+  Policy 3 hashes chosen fields (``0x37``: addresses, protocol, ports) and ignores a socket's
+  hash; policy 0 hashes only the addresses (L3), so no source port can steer there: every QP
+  of one address pair shares one path. :data:`HASH_POLICIES` lists what the lab accepts.
 - its loopback ``/32`` on ``lo``, and every route carrying ``src <loopback>``: ICMP errors (time
   exceeded, unreachable) go out from the loopback, as most data-centre switches answer. With
   ``icmp_from="interface"`` the lab sets ``icmp_errors_use_inbound_ifaddr=1`` instead, and the
@@ -46,6 +53,9 @@ from topology.model import Fabric
 
 Routing = Literal["static", "bgp"]
 IcmpFrom = Literal["loopback", "interface"]
+HASH_POLICIES = (0, 1, 3)
+"""Linux multipath hash policies the lab builds with: 0 (L3), 1 (L4, the default), 3 (custom
+fields: the L4 5-tuple)."""
 
 
 class Lab:
@@ -59,6 +69,7 @@ class Lab:
         icmp_from: IcmpFrom = "loopback",
         icmp_ratelimit_ms: int = 0,
         hash_seed: int = 0x0C4B,
+        hash_policy: int = 1,
         icmp_limit: tuple[int, int] | None = None,
         token: str | None = None,
         workdir: Path | None = None,
@@ -67,6 +78,10 @@ class Lab:
             raise LabError(f"routing: {routing!r} is not one of static, bgp")
         if icmp_from not in ("loopback", "interface"):
             raise LabError(f"icmp_from: {icmp_from!r} is not one of loopback, interface")
+        if hash_policy not in HASH_POLICIES:
+            raise LabError(
+                f"hash_policy: {hash_policy!r} is not one of {', '.join(map(str, HASH_POLICIES))}"
+            )
         if icmp_ratelimit_ms < 0:
             raise LabError(f"icmp_ratelimit_ms: {icmp_ratelimit_ms} is negative")
         self.plan: LabPlan = plan_lab(fabric, token)
@@ -74,6 +89,7 @@ class Lab:
         self.icmp_from: IcmpFrom = icmp_from
         self.icmp_ratelimit_ms = icmp_ratelimit_ms
         self.hash_seed = hash_seed
+        self.hash_policy = hash_policy
         self.icmp_limit = icmp_limit
         self.workdir = workdir or Path(tempfile.gettempdir()) / f"c4p-lab-{self.plan.token}"
         self._bgp: object | None = None
@@ -140,6 +156,7 @@ class Lab:
         state = {
             "token": self.token,
             "routing": self.routing,
+            "hash_policy": self.hash_policy,
             "namespaces": sorted(self.plan.namespaces.values()),
             "workdir": str(self.workdir),
             "fabric": self.fabric.model_dump(mode="json"),
@@ -162,11 +179,8 @@ class Lab:
                 ns,
                 {
                     "net.ipv4.ip_forward": 1,
-                    # Policy 3 (chosen fields: addresses, protocol, ports), not 1: with policy
-                    # 1 Linux reuses a packet's L4 hash when it has one, and a packet coming
-                    # over a veth from a local socket carries that socket's random txhash, so
-                    # the first router's choice would be random per socket, not per 5-tuple.
-                    "net.ipv4.fib_multipath_hash_policy": 3,
+                    # See the module docstring: policy 1 reuses a connected socket's hash.
+                    "net.ipv4.fib_multipath_hash_policy": self.hash_policy,
                     "net.ipv4.fib_multipath_hash_fields": "0x0037",
                     "net.ipv4.fib_multipath_hash_seed": self.hash_seed,
                     "net.ipv4.conf.all.rp_filter": 0,

@@ -102,7 +102,7 @@ class Helpers:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def host_of(self, address: str | ipaddress.IPv4Address) -> str:
+    def host_of(self, address: str | ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
         host = self._owner.get(str(address))
         if host is None:
             raise LabError(f"address: {address} is no NIC port address of the lab")
@@ -123,11 +123,14 @@ class Helpers:
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
             list(pool.map(lambda h: self.helper(h).ask({"op": "ping"}), hosts))
 
-    def send(self, src: str, sport: int, dst: str, count: int) -> int:
-        """``count`` datagrams of one QP's 5-tuple, from its source host's namespace."""
-        answer = self.helper(self.host_of(src)).ask(
-            {"op": "send", "src": src, "sport": sport, "dst": dst, "count": count}
-        )
+    def send(self, src: str, sport: int, dst: str, count: int, *, connected: bool = False) -> int:
+        """``count`` datagrams of one QP's 5-tuple, from its source host's namespace, from an
+        unconnected socket as a NIC would (``connected``: a connected one, to show the
+        difference under hash policy 1; see ``c4p.lab.build``)."""
+        request = {"op": "send", "src": src, "sport": sport, "dst": dst, "count": count}
+        if connected:
+            request["connected"] = True
+        answer = self.helper(self.host_of(src)).ask(request)
         return int(answer["sent"])
 
     def close(self) -> None:
@@ -197,7 +200,7 @@ class NamespaceProber:
                 results[i] = Trace(
                     probes[i],
                     tuple(
-                        HopReply(ttl, None if a is None else ipaddress.IPv4Address(a), kind, code)
+                        HopReply(ttl, None if a is None else ipaddress.ip_address(a), kind, code)
                         for ttl, a, kind, code in hops
                     ),
                 )
