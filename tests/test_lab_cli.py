@@ -23,6 +23,8 @@ FABRIC = Path(__file__).resolve().parents[1] / "configs" / "leaf-spine.yaml"
         (["lab", "up", "no-such-fabric.yaml"], "no-such-fabric.yaml"),
         (["lab", "demo", "--routing", "rip"], "--routing: 'rip'"),
         (["lab", "demo", "--qps", "0"], "--qps: 0 is not between 1 and 16"),
+        (["lab", "up", str(FABRIC), "--hash-policy", "2"], "--hash-policy: 2 is not one of"),
+        (["lab", "demo", "--hash-policy", "4"], "--hash-policy: 4 is not one of 0, 1, 3"),
         (["lab", "down", "nosuch", "--state-dir", "."], "token: no lab 'nosuch'"),
     ],
 )

@@ -134,12 +134,13 @@ def run_demo(
     routing: Routing = "static",
     qps: int = 4,
     settle_s: float = 120.0,
+    hash_policy: int = 1,
 ) -> dict[str, Any]:
     """Run every phase (see the module docstring) through serve + agents; the JSON-able result."""
     phases: list[Phase] = []
     started = time.monotonic()
     with (
-        Lab(fabric or small_fabric(), routing=routing) as lab,
+        Lab(fabric or small_fabric(), routing=routing, hash_policy=hash_policy) as lab,
         Helpers(lab) as hosts,
     ):
         built = time.monotonic() - started
@@ -168,6 +169,7 @@ def run_demo(
                 learn_seconds = time.monotonic() - t0
                 m = measured(lab, hosts, mirrors)
                 sent, lost = served.probe_counts()
+                entries, entry_probes = served.confirmation()
                 phases.append(
                     phase(
                         "learned",
@@ -178,6 +180,8 @@ def run_demo(
                         probes_per_job=per_job,
                         seconds_to_bound_per_job=job_seconds,
                         learn_seconds=round(learn_seconds, 3),
+                        learned_entries=entries,
+                        probes_per_learned_entry=round(entry_probes / max(1, entries), 2),
                         verified=sum(
                             b.verified for w in mirrors.values() for b in w.bindings.values()
                         ),
@@ -246,6 +250,7 @@ def run_demo(
                         watch.stop()
     return {
         "routing": routing,
+        "hash_policy": hash_policy,
         "fabric": lab.fabric.name,
         "lab_up_seconds": round(built, 3),
         "serve_and_agents_up_seconds": round(up_seconds, 3),

@@ -247,6 +247,14 @@ class ServedLab:
         worker = self.runtime.probe_worker
         return (worker.traces, worker.incomplete) if worker is not None else (0, 0)
 
+    def confirmation(self) -> tuple[int, int]:
+        """(learned table entries, probes recorded for them) of this service's table."""
+        worker = self.runtime.probe_worker
+        if worker is None:
+            return (0, 0)
+        with worker.learner.lock:
+            return worker.learner.table.confirmation()
+
     def settled(self, mirror: BindingMirror) -> bool:
         """Bound, nothing unbound, and (unless predicted) every binding seen by probes."""
         if not mirror.bindings or any(i.kind == UNBOUND for i in mirror.issues):
