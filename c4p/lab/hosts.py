@@ -21,14 +21,15 @@ import sys
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from c4p.files import save_fabric
-from c4p.lab.addressing import LabError
+from c4p.lab.addressing import LabError, as_ipv4, as_ipv6
 from c4p.lab.build import Lab
 from southbound.netprobe import ProbeStats
 from southbound.pacing import DEFAULT_BURST, DEFAULT_RATE
-from southbound.probing import HopReply, Probe, Trace
+from southbound.probing import HopReply, IPAddress, Probe, Prober, Trace
 
 REPLY_TIMEOUT = 300.0
 """Seconds a helper may take for one request before the lab gives up on it."""
@@ -94,7 +95,7 @@ class Helpers:
         self.lab = lab
         self.privilege = privilege
         self._helpers: dict[str, _Helper] = {}
-        self._owner = {str(p.address): h.name for h, _, p in lab.fabric.nic_ports()}
+        self._owner = {lab.address(p.address): h.name for h, _, p in lab.fabric.nic_ports()}
 
     def __enter__(self) -> Helpers:
         return self
@@ -205,3 +206,33 @@ class NamespaceProber:
                     ),
                 )
         return [t for t in results if t is not None]
+
+
+class TwinProber:
+    """Probes an IPv6 lab (``Lab(family=6)``) for a path table of the lab's fabric: each probe
+    goes out between the IPv6 twins of its IPv4 addresses, each answer comes back under the
+    IPv4 name of its IPv6 address (the fabric model addresses NIC ports in IPv4; see
+    :mod:`c4p.lab.addressing`). What is probed, hashed and answered is IPv6 only."""
+
+    def __init__(self, inner: Prober) -> None:
+        self.inner = inner
+
+    def trace_many(self, probes: Sequence[Probe]) -> list[Trace]:
+        sent = [replace(p, src=_twin(p.src), dst=_twin(p.dst)) for p in probes]
+        return [
+            Trace(probe, tuple(replace(h, address=_name(h.address)) for h in trace.hops))
+            for probe, trace in zip(probes, self.inner.trace_many(sent), strict=True)
+        ]
+
+
+def _twin(address: IPAddress) -> IPAddress:
+    return as_ipv6(address) if isinstance(address, ipaddress.IPv4Address) else address
+
+
+def _name(address: IPAddress | None) -> IPAddress | None:
+    if not isinstance(address, ipaddress.IPv6Address):
+        return address
+    try:
+        return as_ipv4(address)
+    except LabError:
+        return address  # not the lab's: the path table reads it as unexpected
