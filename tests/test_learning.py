@@ -7,9 +7,9 @@ event changed) and at where the bound ports really go.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
-from dataclasses import replace
+
+from agent_cases import ScatteringProber
 
 from c4p.controller.learning import LearningPorts, PortLearner, PortMode, PortsSettings
 from c4p.testing.network import hidden_hash_network, realized_path
@@ -104,27 +104,11 @@ def test_a_link_event_reprobes_only_what_it_changed() -> None:
     assert after.bindings[0].sport == unchanged.sport  # untouched pair kept its port
 
 
-class Scattering:
-    """The connected-socket prober's failure, modelled: every probe is answered as if its
-    source port were a random one (a per-socket hash), so a port's path is not a function of
-    its 5-tuple."""
-
-    def __init__(self, inner: ModeledProber, seed: int = 7) -> None:
-        self.inner = inner
-        self.rng = random.Random(seed)
-
-    def trace_many(self, probes: Sequence[Probe]) -> list[Trace]:
-        shuffled = [replace(p, sport=self.rng.randrange(49152, 65536)) for p in probes]
-        return [
-            Trace(p, t.hops) for p, t in zip(probes, self.inner.trace_many(shuffled), strict=True)
-        ]
-
-
 def test_probes_that_disagree_make_ports_unstable_and_an_issue_not_a_binding() -> None:
     network = hidden_hash_network(FABRIC)
     learner = _learner()
     routes = _routes([(PORTS[0], PORTS[1]), (PORTS[2], PORTS[3])])
-    prober = Scattering(ModeledProber(network))
+    prober = ScatteringProber(ModeledProber(network))
     for epoch in range(1, 4):  # the step asks, a round probes, the next step binds
         bound = bindings_for_paths(FABRIC, routes, epoch, source=learner.source(FABRIC))
         learner.probe(learner.take_wants(), prober)
