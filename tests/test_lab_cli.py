@@ -3,6 +3,7 @@ these: they fail before anything is built); with root, ``up`` then ``down`` leav
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,24 @@ def test_lab_up_then_down_leaves_nothing(tmp_path: Path) -> None:
     assert down.exit_code == 0, down.output
     assert not [ns for ns in existing_namespaces() if ns.startswith(f"c4p-{token}-")]
     assert not list(state.iterdir())
+
+
+def test_a_lab_refuses_what_it_does_not_build() -> None:
+    from c4p.lab.addressing import LabError, as_ipv4, as_ipv6
+    from c4p.lab.build import Lab
+    from c4p.lab.demo import small_fabric
+
+    with pytest.raises(LabError, match="family: 6 is built with static routing"):
+        Lab(small_fabric(), family=6, routing="bgp")
+    with pytest.raises(LabError, match="family: 5 is not 4 or 6"):
+        Lab(small_fabric(), family=5)
+    with pytest.raises(LabError, match="hash_policy: 2 is not one of 0, 1, 3"):
+        Lab(small_fabric(), hash_policy=2)
+    # IPv6 twins of lab addresses, in 2001:2::/48, and back.
+    loop, link = ipaddress.IPv4Address("198.18.0.3"), ipaddress.IPv4Address("198.19.1.14")
+    assert str(as_ipv6(loop)) == "2001:2:0:18::3" and str(as_ipv6(link)) == "2001:2:0:19::10e"
+    assert as_ipv4(as_ipv6(loop)) == loop and as_ipv4(as_ipv6(link)) == link
+    with pytest.raises(LabError, match="not a lab address"):
+        as_ipv6(ipaddress.IPv4Address("10.0.0.1"))
+    with pytest.raises(LabError, match="not a lab IPv6 address"):
+        as_ipv4(ipaddress.IPv6Address("2001:db8::1"))

@@ -74,14 +74,3 @@ def test_an_ipv6_fabric_is_probed_learned_and_realized(privilege: str) -> None:
         measured = measure(lab, helpers, bindings, routes)
     assert len(measured.qps) == len(routes)
     assert measured.on_plan == len(routes), [q for q in measured.qps if not q.on_plan]
-
-
-def test_an_ipv6_lab_refuses_what_it_does_not_build() -> None:
-    from c4p.lab.addressing import LabError
-
-    with pytest.raises(LabError, match="family: 6 is built with static routing"):
-        Lab(small_fabric(), family=6, routing="bgp")
-    with pytest.raises(LabError, match="family: 5 is not 4 or 6"):
-        Lab(small_fabric(), family=5)
-    with pytest.raises(LabError, match="hash_policy: 2 is not one of 0, 1, 3"):
-        Lab(small_fabric(), hash_policy=2)

@@ -3,6 +3,7 @@ privilege levels against the loopback kernel, pacing, and black holes in the pla
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
 import struct
@@ -70,6 +71,35 @@ def test_both_privilege_levels_read_the_kernels_answers(privilege: str) -> None:
         assert all(h.address == LOCAL and (h.icmp_type, h.icmp_code) == (3, 3) for h in trace.hops)
         assert trace.black_hole is None
     assert prober.stats.answered == 60 and prober.stats.lost == 0
+
+
+@pytest.mark.parametrize("privilege", ["recverr", "raw"])
+def test_probes_leave_unconnected_sockets_and_one_socket_serves_two_destinations(
+    privilege: str,
+) -> None:
+    """Never ``connect``: a connected socket's random hash would pick the path under Linux's
+    hash policy 1 (docs/lab.md). One (source, port) socket sends to both destinations, and
+    each answer is matched to its own 4-tuple (the error queue by the quoted destination)."""
+    if privilege == "raw" and not raw_allowed():
+        pytest.skip("raw ICMP sockets need CAP_NET_RAW")
+    other = ipaddress.IPv4Address("127.0.0.2")
+    peers: list[object] = []
+
+    class Watching(SocketProber):
+        def _send(self, sock: socket.socket, four: tuple[str, int, str, int], ttl: int) -> bool:
+            try:
+                peers.append(sock.getpeername())
+            except OSError as exc:  # ENOTCONN: not connected, as it must be
+                peers.append(exc.errno)
+            return super()._send(sock, four, ttl)
+
+    prober = Watching(privilege=privilege, timeout=0.5)
+    probes = [Probe(LOCAL, LOCAL, 43000, 1, 2), Probe(LOCAL, other, 43000, 1, 2)]
+    traces = prober.trace_many(probes)
+    assert peers and all(p == errno.ENOTCONN for p in peers)
+    assert [h.address for h in traces[0].hops] == [LOCAL, LOCAL]
+    assert [h.address for h in traces[1].hops] == [other, other]
+    assert prober.stats.answered == 4 and prober.stats.lost == 0
 
 
 @pytest.mark.parametrize("privilege", ["recverr", "raw"])

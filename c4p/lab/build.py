@@ -29,7 +29,8 @@ routers keep hashing onto it: a black hole, as static routing really behaves); `
 
 A host namespace gets each NIC port's address on its interface and, per address, a policy rule
 and table whose default route leaves by that port (so a probe or a QP from an address leaves by
-its own NIC, as the 5-tuple under test requires). Nothing is routed outside 198.18.0.0/15.
+its own NIC, as the 5-tuple under test requires). Nothing is routed outside 198.18.0.0/15
+(2001:2::/48 on an IPv6 lab).
 
 ``family=6`` builds the same lab with IPv6 only (addresses from
 :func:`c4p.lab.addressing.as_ipv6`, in 2001:2::/48; ``net.ipv6.fib_multipath_hash_policy`` and
