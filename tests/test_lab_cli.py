@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from c4p.cli import app
-from c4p.lab.netns import existing_namespaces, namespaces_possible
+from c4p.lab.netns import existing_namespaces, namespaces_possible, run
 
 runner = CliRunner()
 FABRIC = Path(__file__).resolve().parents[1] / "configs" / "leaf-spine.yaml"
@@ -39,12 +39,18 @@ def test_bad_lab_input_is_one_line_and_exit_2(args: list[str], words: str) -> No
 @pytest.mark.skipif(namespaces_possible() is not None, reason=f"lab: {namespaces_possible()}")
 def test_lab_up_then_down_leaves_nothing(tmp_path: Path) -> None:
     state = tmp_path / "labs"
-    up = runner.invoke(app, ["lab", "up", str(FABRIC), "--state-dir", str(state)])
+    args = ["lab", "up", str(FABRIC), "--state-dir", str(state), "--hash-policy", "3"]
+    up = runner.invoke(app, args)
     try:
         assert up.exit_code == 0, up.output
+        assert "hash policy 3" in up.output
         token = next(p.name for p in state.iterdir())
         mine = [ns for ns in existing_namespaces() if ns.startswith(f"c4p-{token}-")]
         assert len(mine) == 6 + 16  # 4 leaves + 2 spines, 16 hosts
+        policy = run(
+            ["sysctl", "-n", "net.ipv4.fib_multipath_hash_policy"], ns=f"c4p-{token}-spine-00"
+        )
+        assert policy.strip() == "3"
     finally:
         down = runner.invoke(app, ["lab", "down", "--state-dir", str(state)])
     assert down.exit_code == 0, down.output
