@@ -26,6 +26,8 @@ FABRIC = Path(__file__).resolve().parents[1] / "configs" / "leaf-spine.yaml"
         (["lab", "demo", "--qps", "0"], "--qps: 0 is not between 1 and 16"),
         (["lab", "up", str(FABRIC), "--hash-policy", "2"], "--hash-policy: 2 is not one of"),
         (["lab", "demo", "--hash-policy", "4"], "--hash-policy: 4 is not one of 0, 1, 3"),
+        (["lab", "up", str(FABRIC), "--family", "5"], "--family: 5 is not 4 or 6"),
+        (["lab", "up", str(FABRIC), "--family", "6", "--routing", "bgp"], "--family: 6 is built"),
         (["lab", "down", "nosuch", "--state-dir", "."], "token: no lab 'nosuch'"),
     ],
 )

@@ -40,11 +40,12 @@ def _addresses(lab: Lab, device: str) -> list[ipaddress.IPv4Address | ipaddress.
     return found
 
 
-@pytest.mark.parametrize("privilege", ["recverr", "raw"])
-def test_an_ipv6_fabric_is_probed_learned_and_realized(privilege: str) -> None:
+@pytest.mark.parametrize(("privilege", "policy"), [("recverr", 1), ("raw", 1), ("raw", 3)])
+def test_an_ipv6_fabric_is_probed_learned_and_realized(privilege: str, policy: int) -> None:
     if privilege == "raw" and not raw_allowed():
         pytest.skip("raw ICMPv6 sockets need CAP_NET_RAW")
-    with Lab(small_fabric(), family=6) as lab, Helpers(lab, privilege=privilege) as helpers:
+    lab = Lab(small_fabric(), family=6, hash_policy=policy)
+    with lab, Helpers(lab, privilege=privilege) as helpers:
         view = lab.fabric
         for device in (view.hosts[0].name, "leaf-00", "spine-00"):
             addresses = _addresses(lab, device)

@@ -72,6 +72,13 @@ def lab_up(
     ] = "loopback",
     state_dir: StateOption = DEFAULT_STATE,
     hash_policy: HashPolicyOption = 1,
+    family: Annotated[
+        int,
+        typer.Option(
+            "--family",
+            help="4, or 6: IPv6 only (2001:2::/48; static routing, no gNMI faces).",
+        ),
+    ] = 4,
     gnmi_targets: Annotated[
         Path | None,
         typer.Option(
@@ -88,6 +95,10 @@ def lab_up(
 
     mode = _routing(routing)
     policy = _hash_policy(hash_policy)
+    if family not in (4, 6):
+        fail(f"--family: {family} is not 4 or 6")
+    if family == 6 and (mode != "static" or gnmi_targets is not None or icmp_from != "loopback"):
+        fail("--family: 6 is built with static routing, loopback answers and no gNMI faces")
     if icmp_from not in ("loopback", "interface"):
         fail(f"--icmp-from: {icmp_from!r} is not one of loopback, interface")
 
@@ -98,6 +109,7 @@ def lab_up(
             routing=mode,
             icmp_from=icmp_from,  # type: ignore[arg-type]
             hash_policy=policy,
+            family=family,
             token=token,
             workdir=state_dir / token,
         )
@@ -106,7 +118,7 @@ def lab_up(
 
     lab = guarded(body)
     console.print(
-        f"lab [bold]{lab.token}[/] up ({routing}, hash policy {policy}): "
+        f"lab [bold]{lab.token}[/] up ({routing}, IPv{family}, hash policy {policy}): "
         f"{len(lab.plan.namespaces)} namespaces"
     )
     for device, ns in sorted(lab.plan.namespaces.items()):
