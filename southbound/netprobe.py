@@ -1,10 +1,21 @@
 """A real prober: UDP probes on real sockets, ICMP answers read from the kernel.
 
 Each packet of a :class:`~southbound.probing.Probe` is a UDP datagram from the probe's source
-address and port to its destination, port 4791, sent with ``IP_TTL`` set to one TTL of the
-probe's range. The switch where the TTL runs out answers ICMP time exceeded; a router without a
-route answers destination unreachable (net/host: a **black hole**, reported as an answer, see
-:attr:`HopReply.black_hole`); the destination host answers port unreachable.
+address and port to its destination, port 4791, sent with ``IP_TTL`` (IPv6: the unicast hop
+limit) set to one TTL of the probe's range. The switch where the TTL runs out answers ICMP
+time exceeded; a router without a route answers destination unreachable (net/host: a **black
+hole**, reported as an answer, see :attr:`HopReply.black_hole`); the destination host answers
+port unreachable.
+
+**Hashed like the traffic.** Probes leave from *unconnected* UDP sockets (``bind`` to the
+source address and port, then ``sendto``), never connected ones (``connect``): connecting gives a
+socket a random flow hash (``sk_txhash``) that the kernel stamps on every packet, and a Linux
+router under ``fib_multipath_hash_policy=1`` reuses a packet's L4 hash for its next-hop choice
+where one is present, so a probe from a connected socket takes a path chosen by that random
+number, not by its 5-tuple (measured on the lab: the same 5-tuple from eight connected sockets
+crossed four different spines; from ``sendto`` one spine eight times). A RoCE NIC's packets
+carry no socket hash, so only unconnected probes see what the QP's 5-tuple will get. One socket
+serves every destination of its ``(source address, source port)``.
 
 **Matching.** A router quotes the IP header and at least the first 8 bytes of the datagram
 (RFC 792): the UDP header. The 4-tuple in it names the probe; the TTL must be recoverable from
@@ -15,11 +26,18 @@ Any number of probes can be in flight: the 4-tuple plus length is unique per pac
 
 - ``raw``: a raw ICMP socket (needs ``CAP_NET_RAW``) sees every ICMP message the host gets,
   with the full quote, so every TTL of every probe can be in flight at once.
-- ``recverr``: unprivileged. Each probe's UDP socket sets ``IP_RECVERR`` and reads its own ICMP
-  errors from the socket's error queue (``MSG_ERRQUEUE``; ``sock_extended_err`` carries the ICMP
-  type and code, ``SO_EE_OFFENDER`` the answering address). The kernel hands over the quoted
-  *payload*, not the UDP header, so with an 8-byte quote nothing tells the TTLs of one socket
-  apart: a 4-tuple has at most one TTL in flight at a time (different 4-tuples still overlap).
+- ``recverr``: unprivileged. Each probe socket sets ``IP_RECVERR`` (``IPV6_RECVERR``) and reads
+  its ICMP errors from the socket's error queue (``MSG_ERRQUEUE``; ``sock_extended_err``
+  carries the ICMP type and code, ``SO_EE_OFFENDER`` the answering address, and the message's
+  address the quoted destination, which names the 4-tuple on an unconnected socket: Linux
+  queues errors for unconnected UDP sockets once ``IP_RECVERR`` is set). The kernel hands over
+  the quoted *payload*, not the UDP header, so with an 8-byte quote nothing tells the TTLs of
+  one 4-tuple apart: a 4-tuple has at most one TTL in flight at a time (different 4-tuples
+  still overlap).
+
+**IPv6.** A probe between IPv6 addresses goes out on an ``AF_INET6`` socket; answers are ICMPv6
+(time exceeded type 3, destination unreachable type 1), reported in ICMPv4's terms
+(:func:`southbound.icmp.icmp4_terms`), so the path table reads both families alike.
 
 ``auto`` takes ``raw`` where the process may open a raw socket (it is the faster one for full
 traces), else ``recverr``; :attr:`SocketProber.privilege` says which was used.
@@ -37,7 +55,6 @@ import errno
 import ipaddress
 import select
 import socket
-import struct
 import threading
 import time
 from collections import deque
@@ -45,17 +62,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from southbound.icmp import (
+    IP_RECVERR,
+    IPV6_RECVERR,
+    Packet,
+    Tuple4,
+    canonical,
+    icmp4_terms,
+    parse_icmp,
+    parse_icmp6,
+    read_offender,
+)
 from southbound.pacing import Pacer
 from southbound.probing import HopReply, Probe, Trace
-
-IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
-SO_EE_ORIGIN_ICMP = 2
-_EXTENDED_ERR = struct.Struct("=IBBBBII")
-
-Tuple4 = tuple[str, int, str, int]
-"""``(source address, source port, destination address, destination port)``."""
-Packet = tuple[Tuple4, int]
-"""One datagram: its 4-tuple and TTL."""
 
 
 class Privilege(StrEnum):
@@ -63,6 +82,10 @@ class Privilege(StrEnum):
 
     RAW = "raw"
     RECVERR = "recverr"
+
+
+def family_of(address: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
 
 
 def raw_allowed() -> bool:
@@ -102,27 +125,6 @@ class ProbeStats:
     rounds: int = 0
     seconds: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)
-
-
-def parse_icmp(datagram: bytes) -> tuple[str, int, int, Packet] | None:
-    """``(answering address, ICMP type, code, quoted packet)`` from a raw ICMP datagram (IP
-    header included), or ``None`` if it does not quote a UDP datagram of ours."""
-    if len(datagram) < 20:
-        return None
-    outer = (datagram[0] & 0x0F) * 4
-    if len(datagram) < outer + 8 + 20:
-        return None
-    icmp_type, icmp_code = datagram[outer], datagram[outer + 1]
-    inner = outer + 8
-    inner_len = (datagram[inner] & 0x0F) * 4
-    if datagram[inner + 9] != socket.IPPROTO_UDP or len(datagram) < inner + inner_len + 8:
-        return None
-    src = socket.inet_ntoa(datagram[inner + 12 : inner + 16])
-    dst = socket.inet_ntoa(datagram[inner + 16 : inner + 20])
-    sport, dport, length = struct.unpack_from("!HHH", datagram, inner + inner_len)
-    ttl = length - 8
-    answerer = socket.inet_ntoa(datagram[12:16])
-    return answerer, icmp_type, icmp_code, ((src, sport, dst, dport), ttl)
 
 
 def _payload(ttl: int) -> bytes:
@@ -215,16 +217,21 @@ class SocketProber:
             got.update(self._chunk(chunk, owner))
         return got
 
-    def _open(self, four: Tuple4) -> socket.socket | None:
-        src, sport, dst, dport = four
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    def _open(self, bound: tuple[str, int]) -> socket.socket | None:
+        """An unconnected UDP socket bound to ``(source address, source port)`` (see the module
+        docstring: never ``connect``, so the kernel hashes its packets by their 5-tuple)."""
+        src, sport = bound
+        family = family_of(src)
+        sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setblocking(False)
             if self.privilege is Privilege.RECVERR:
-                sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVERR, 1)
+                else:
+                    sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
             sock.bind((src, sport))
-            sock.connect((dst, dport))
         except OSError as exc:
             sock.close()
             self._error(exc)
@@ -239,25 +246,41 @@ class SocketProber:
         self, chunk: dict[Tuple4, list[int]], owner: dict[Packet, Probe]
     ) -> dict[Packet, HopReply]:
         raw = self.privilege is Privilege.RAW
-        icmp = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) if raw else None
-        socks: dict[Tuple4, socket.socket] = {}
+        families = {family_of(four[0]) for four in chunk}
+        icmps: dict[int, socket.AddressFamily] = {}  # raw socket fd -> family
+        raw_socks: list[socket.socket] = []
+        socks: dict[tuple[str, int], socket.socket] = {}
         got: dict[Packet, HopReply] = {}
         try:
+            if raw:
+                for family in sorted(families):
+                    proto = (
+                        socket.IPPROTO_ICMPV6 if family == socket.AF_INET6 else socket.IPPROTO_ICMP
+                    )
+                    icmp = socket.socket(family, socket.SOCK_RAW, proto)
+                    icmp.setblocking(False)
+                    raw_socks.append(icmp)
+                    icmps[icmp.fileno()] = family
             for four in chunk:
-                sock = self._open(four)
-                if sock is not None:
-                    socks[four] = sock
-            by_fd = {s.fileno(): four for four, s in socks.items()}
+                bound = (four[0], four[1])
+                if bound not in socks:
+                    sock = self._open(bound)
+                    if sock is not None:
+                        socks[bound] = sock
+            by_fd = {s.fileno(): bound for bound, s in socks.items()}
+            raw_by_fd = {s.fileno(): s for s in raw_socks}
             poller = select.poll()
-            if icmp is not None:
-                icmp.setblocking(False)
-                poller.register(icmp.fileno(), select.POLLIN)
+            if raw:
+                for fd in raw_by_fd:
+                    poller.register(fd, select.POLLIN)
             else:
                 for fd in by_fd:
                     poller.register(fd, select.POLLERR)
             # Raw: every TTL may fly at once, TTL-major so bursts spread over switches.
             # Error queue: one TTL per 4-tuple in flight (see the module docstring).
-            queues = {four: deque(ttls) for four, ttls in chunk.items() if four in socks}
+            queues = {
+                four: deque(ttls) for four, ttls in chunk.items() if (four[0], four[1]) in socks
+            }
             in_flight: dict[Packet, float] = {}
             busy: set[Tuple4] = set()
             deadline = time.monotonic() + self.timeout * (1 + sum(map(len, chunk.values())))
@@ -269,8 +292,8 @@ class SocketProber:
                 expiry = min(in_flight.values(), default=now + 0.05) + self.timeout
                 wait = max(0.0, min(wake, expiry - now, 0.05))
                 for fd, _ in poller.poll(wait * 1000):
-                    if icmp is not None:
-                        self._read_raw(icmp, in_flight, busy, got)
+                    if fd in raw_by_fd:
+                        self._read_raw(raw_by_fd[fd], icmps[fd], in_flight, busy, got)
                     elif fd in by_fd:
                         self._read_errqueue(socks[by_fd[fd]], by_fd[fd], in_flight, busy, got)
                 now = time.monotonic()
@@ -281,7 +304,7 @@ class SocketProber:
         finally:
             for sock in socks.values():
                 sock.close()
-            if icmp is not None:
+            for icmp in raw_socks:
                 icmp.close()
         return got
 
@@ -290,7 +313,7 @@ class SocketProber:
         queues: dict[Tuple4, deque[int]],
         busy: set[Tuple4],
         in_flight: dict[Packet, float],
-        socks: dict[Tuple4, socket.socket],
+        socks: dict[tuple[str, int], socket.socket],
         owner: dict[Packet, Probe],
         raw: bool,
     ) -> float:
@@ -313,19 +336,22 @@ class SocketProber:
                 queue.popleft()
                 if not queue:
                     del queues[four]
-                if self._send(socks[four], ttl):
+                if self._send(socks[(four[0], four[1])], four, ttl):
                     in_flight[(four, ttl)] = time.monotonic()
                     if not raw:
                         busy.add(four)
                 progress = True
         return wake
 
-    def _send(self, sock: socket.socket, ttl: int) -> bool:
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+    def _send(self, sock: socket.socket, four: Tuple4, ttl: int) -> bool:
+        if sock.family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, ttl)
+        else:
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
         self.stats.packets += 1
         for _ in range(3):  # a pending ICMP error of an earlier packet fails one send
             try:
-                sock.send(_payload(ttl))
+                sock.sendto(_payload(ttl), (four[2], four[3]))
                 return True
             except BlockingIOError:
                 return False
@@ -338,16 +364,20 @@ class SocketProber:
     def _read_raw(
         self,
         icmp: socket.socket,
+        family: socket.AddressFamily,
         in_flight: dict[Packet, float],
         busy: set[Tuple4],
         got: dict[Packet, HopReply],
     ) -> None:
         for _ in range(4096):
             try:
-                datagram = icmp.recv(2048)
+                datagram, sender = icmp.recvfrom(2048)
             except BlockingIOError:
                 return
-            parsed = parse_icmp(datagram)
+            if family == socket.AF_INET6:
+                parsed = parse_icmp6(datagram, str(sender[0]).partition("%")[0])
+            else:
+                parsed = parse_icmp(datagram)
             if parsed is None:
                 continue
             answerer, icmp_type, icmp_code, packet = parsed
@@ -355,34 +385,39 @@ class SocketProber:
                 del in_flight[packet]
                 busy.discard(packet[0])
                 got[packet] = HopReply(
-                    packet[1], ipaddress.IPv4Address(answerer), icmp_type, icmp_code
+                    packet[1], ipaddress.ip_address(answerer), icmp_type, icmp_code
                 )
 
     def _read_errqueue(
         self,
         sock: socket.socket,
-        four: Tuple4,
+        bound: tuple[str, int],
         in_flight: dict[Packet, float],
         busy: set[Tuple4],
         got: dict[Packet, HopReply],
     ) -> None:
+        v6 = sock.family == socket.AF_INET6
+        level, kind_wanted = (
+            (socket.IPPROTO_IPV6, IPV6_RECVERR) if v6 else (socket.IPPROTO_IP, IP_RECVERR)
+        )
         for _ in range(64):
             try:
-                quoted, ancillary, _, _ = sock.recvmsg(512, 512, socket.MSG_ERRQUEUE)
+                quoted, ancillary, _, to = sock.recvmsg(512, 512, socket.MSG_ERRQUEUE)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
                 self._error(exc)
                 return
-            for level, kind, data in ancillary:
-                if level != socket.IPPROTO_IP or kind != IP_RECVERR:
+            # The message's address is the quoted packet's destination: on an unconnected
+            # socket it tells which 4-tuple of this (source, port) the answer is for.
+            four: Tuple4 = (bound[0], bound[1], canonical(str(to[0])), int(to[1]))
+            for cmsg_level, cmsg_kind, data in ancillary:
+                if cmsg_level != level or cmsg_kind != kind_wanted:
                     continue
-                if len(data) < _EXTENDED_ERR.size + 8:
+                found = read_offender(data, v6)
+                if found is None:
                     continue
-                _, origin, icmp_type, icmp_code, _, _, _ = _EXTENDED_ERR.unpack_from(data)
-                if origin != SO_EE_ORIGIN_ICMP:
-                    continue
-                offender = socket.inet_ntoa(data[_EXTENDED_ERR.size + 4 : _EXTENDED_ERR.size + 8])
+                offender, icmp_type, icmp_code = found
                 # The quoted payload's length is the TTL when the router quoted it; with an
                 # 8-byte quote it is empty, and the one TTL of this 4-tuple in flight is it.
                 if quoted:
@@ -393,6 +428,18 @@ class SocketProber:
                     continue
                 del in_flight[packet]
                 busy.discard(four)
-                got[packet] = HopReply(
-                    packet[1], ipaddress.IPv4Address(offender), icmp_type, icmp_code
-                )
+                got[packet] = HopReply(packet[1], offender, icmp_type, icmp_code)
+
+
+__all__ = [
+    "Packet",
+    "Privilege",
+    "ProbeStats",
+    "SocketProber",
+    "Tuple4",
+    "choose_privilege",
+    "icmp4_terms",
+    "parse_icmp",
+    "parse_icmp6",
+    "raw_allowed",
+]

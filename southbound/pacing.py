@@ -22,7 +22,6 @@ agent that knows only its own addresses), every packet of one TTL shares one buc
 
 from __future__ import annotations
 
-import ipaddress
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -167,8 +166,8 @@ def candidates_from_fabric(fabric: Fabric) -> Candidates:
     cache: dict[tuple[int, int, int], tuple[Hashable, ...]] = {}
 
     def candidates(probe: Probe, ttl: int) -> tuple[Hashable, ...]:
-        src = index.node_of_address.get(ipaddress.IPv4Address(probe.src))
-        dst = index.node_of_address.get(ipaddress.IPv4Address(probe.dst))
+        src = index.node_of_address.get(probe.src)
+        dst = index.node_of_address.get(probe.dst)
         if src is None or dst is None or src == dst:
             return _per_ttl(probe, ttl)
         key = (src, dst, ttl)

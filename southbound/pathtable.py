@@ -19,10 +19,20 @@ switch says which member was taken. An answer from a switch that is no member is
 ``UNEXPECTED`` (the topology view is wrong or stale); a silent hop where there is a choice is
 ``INCOMPLETE``. So probes need only the TTLs right after the branching switches.
 
-**Confidence** (:class:`ConfidenceRule`): a port's entry is trusted once ``probes_per_port``
-traces agreed on its path (a disagreement restarts the count); a path is covered once it has
-``ports_per_path`` trusted ports. Defaults 1 and 1: the fabric is deterministic, and stale
-entries are found by invalidation rather than by repetition.
+**Confidence** (:class:`ConfidenceRule`): a port's entry is trusted (*learned*) once
+``probes_per_port`` traces, each at least ``spacing_s`` after the last one counted, agreed on
+its path; a path is covered once it has ``ports_per_path`` trusted ports. Defaults 2 probes,
+50 ms apart, and 1 port. Why confirm at all, when a 5-tuple hash is deterministic: a probe is
+only worth what it shares with the traffic, and what it shares is an assumption (a prober
+whose sockets were connected once took a random per-socket path under Linux's hash
+policy 1, and one probe per port hid it: every binding was marked verified while most QPs
+ran elsewhere). A second probe from another socket, later, is the cheapest test of that
+assumption. A **disagreement** between probes of a live entry makes it :attr:`PortEntry.unstable`:
+never trusted, never bound, listed by :meth:`PathTable.unstable` so the controller can say so
+(``IssueKind.UNSTABLE``), and not probed again until a topology change makes it stale (a
+change of its ECMP groups between the two probes is the one innocent explanation, and the
+invalidation then clears it). A stale entry that answers differently has *moved*
+(``CHANGED``), which is what a group change does.
 
 **Invalidation.** An entry is stale exactly when an ECMP group its path consults changes
 (members gained or lost: vendors remap ``hash mod n``). :meth:`PathTable.invalidate` compares
@@ -33,8 +43,9 @@ changed, for ``ProbePlanner.reprobe``.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -63,6 +74,7 @@ class Outcome(StrEnum):
     NEW = "new"
     AGREED = "agreed"
     CHANGED = "changed"
+    UNSTABLE = "unstable"
     INCOMPLETE = "incomplete"
     UNEXPECTED = "unexpected"
     BLACK_HOLE = "black-hole"
@@ -73,12 +85,17 @@ class Outcome(StrEnum):
 class ConfidenceRule:
     """How much agreement an entry and a path need (see the module docstring)."""
 
-    probes_per_port: int = 1
+    probes_per_port: int = 2
     ports_per_path: int = 1
+    spacing_s: float = 0.05
+    """Seconds between two probes of a port for both to count (the later one from another
+    socket, in another batch)."""
 
     def __post_init__(self) -> None:
         if self.probes_per_port < 1 or self.ports_per_path < 1:
             raise ValueError(f"confidence rule needs counts >= 1, got {self}")
+        if not 0 <= self.spacing_s <= 60:
+            raise ValueError(f"spacing_s: {self.spacing_s} is not within 0..60 seconds")
 
 
 @dataclass(slots=True)
@@ -89,6 +106,12 @@ class PortEntry:
     agreeing: int = 1
     stale: bool = False
     changes: int = 0
+    unstable: Middle | None = None
+    """The other path a probe saw while the entry was live: the entry is *unstable*."""
+    probes: int = 0
+    """Traces recorded for this port (agreements too close together included)."""
+    at: float = float("-inf")
+    """When the last counted observation was recorded (the table's clock)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +132,8 @@ class _KeyState:
     entries: dict[int, PortEntry] = field(default_factory=dict)
     by_middle: dict[Middle, set[int]] = field(default_factory=dict)
     trusted: Counter[Middle] = field(default_factory=Counter)
-    pending: set[int] = field(default_factory=set)  # neither trusted nor stale
+    pending: set[int] = field(default_factory=set)  # neither trusted nor stale nor unstable
+    unstable: set[int] = field(default_factory=set)
     cursor: int = 0
 
 
@@ -122,9 +146,11 @@ class PathTable:
         scope: Scope | str = Scope.PAIR,
         rule: ConfidenceRule | None = None,
         addresses: AddressBook | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.scope = Scope(scope)
         self.rule = rule or ConfidenceRule()
+        self._clock = clock
         self._book = addresses or AddressBook(fabric)
         self._keys: dict[TableKey, _KeyState] = {}
         self._by_group: dict[GroupKey, set[TableKey]] = {}
@@ -226,16 +252,64 @@ class PathTable:
         state = self._state(key)
         sport = trace.probe.sport
         entry = state.entries.get(sport)
+        now = self._clock()
         if entry is None:
             entry = state.entries[sport] = PortEntry(middle, agreeing=0)
             state.by_middle.setdefault(middle, set()).add(sport)
             outcome = Outcome.NEW
-        elif entry.middle == middle:
-            outcome = Outcome.AGREED
+        elif entry.unstable is not None:
+            entry.probes += 1
+            return Outcome.UNSTABLE
+        elif entry.stale:
+            outcome = Outcome.AGREED if entry.middle == middle else Outcome.CHANGED
+        elif entry.middle != middle:
+            # Two probes of one 5-tuple, no topology change between: not a function of it.
+            entry.probes += 1
+            if self.trusted(entry):
+                state.trusted[entry.middle] -= 1
+            state.pending.discard(sport)
+            state.unstable.add(sport)
+            entry.unstable = middle
+            return Outcome.UNSTABLE
+        elif now - entry.at < self.rule.spacing_s:
+            entry.probes += 1  # too soon after the last one to count as a second opinion
+            return Outcome.AGREED
         else:
-            outcome = Outcome.CHANGED
+            outcome = Outcome.AGREED
+        entry.probes += 1
+        entry.at = now
         self._update(state, sport, entry, middle, outcome is Outcome.CHANGED or entry.stale)
         return outcome
+
+    def due_in(self, key: TableKey, sport: int) -> float:
+        """Seconds until a probe of ``sport`` would count for its entry (0: now)."""
+        entry = self.entries(key).get(sport)
+        if entry is None or entry.stale:
+            return 0.0
+        return max(0.0, entry.at + self.rule.spacing_s - self._clock())
+
+    def unstable(self, key: TableKey) -> Mapping[int, tuple[Middle, Middle]]:
+        """Ports whose probes disagreed: port -> (the path seen first, the other one)."""
+        state = self._keys.get(key)
+        if state is None:
+            return {}
+        out = {}
+        for sport in sorted(state.unstable):
+            entry = state.entries[sport]
+            if entry.unstable is not None:
+                out[sport] = (entry.middle, entry.unstable)
+        return out
+
+    def confirmation(self) -> tuple[int, int]:
+        """``(trusted entries, traces recorded for them)``: probes per learned entry is the
+        ratio (the path table's cost of confirming; trivial keys hold no entries)."""
+        entries = probes = 0
+        for state in self._keys.values():
+            for entry in state.entries.values():
+                if self.trusted(entry):
+                    entries += 1
+                    probes += entry.probes
+        return entries, probes
 
     def _update(
         self, state: _KeyState, sport: int, entry: PortEntry, middle: Middle, restart: bool
@@ -260,7 +334,8 @@ class PathTable:
         if self.trusted(entry):
             state.trusted[entry.middle] -= 1
         state.pending.discard(sport)
-        entry.stale, entry.agreeing = True, 0
+        state.unstable.discard(sport)  # a group change explains a disagreement: learn anew
+        entry.stale, entry.agreeing, entry.unstable = True, 0, None
 
     def record_many(self, traces: Iterable[Trace]) -> Counter[Outcome]:
         return Counter(self.record(t) for t in traces)
@@ -343,7 +418,11 @@ class PathTable:
     # -- questions --------------------------------------------------------------------------
 
     def trusted(self, entry: PortEntry) -> bool:
-        return not entry.stale and entry.agreeing >= self.rule.probes_per_port
+        return (
+            not entry.stale
+            and entry.unstable is None
+            and entry.agreeing >= self.rule.probes_per_port
+        )
 
     def entries(self, key: TableKey) -> Mapping[int, PortEntry]:
         state = self._keys.get(key)
@@ -467,7 +546,7 @@ class PathTable:
         endpoint is gone or a NIC moved to another leaf. The invalidation names, in the new
         numbering, the stale entries and the keys that lost or staled entries, for
         ``ProbePlanner.reprobe``: exactly what the change touched is probed again."""
-        new = PathTable(fabric, self.scope, self.rule)
+        new = PathTable(fabric, self.scope, self.rule, clock=self._clock)
         old_i, new_i = self._index, fabric.index
 
         def moved(n: int) -> int | None:
@@ -507,10 +586,16 @@ class PathTable:
                         if after is not None:
                             changed.add(after)
                 target = new._state(new_key)
-                kept = PortEntry(middle, agreeing=entry.agreeing, changes=entry.changes)
+                kept = PortEntry(
+                    middle,
+                    agreeing=entry.agreeing,
+                    changes=entry.changes,
+                    probes=entry.probes,
+                    at=entry.at,
+                )
                 target.entries[sport] = kept
                 target.by_middle.setdefault(middle, set()).add(sport)
-                if groups_changed or entry.stale:
+                if groups_changed or entry.stale or entry.unstable is not None:
                     kept.stale, kept.agreeing = True, 0
                     stale.append((new_key, sport))
                     keys.add(new_key)

@@ -21,6 +21,7 @@ the same ports for two NIC pairs of the same leaf pair and compares the paths.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -126,6 +127,11 @@ class ProbePlanner:
         )
 
     def _send(self, batch: list[tuple[TableKey, Probe]], report: ProbeReport) -> list[Outcome]:
+        # A confirming probe must come later than the one it confirms (``spacing_s``): wait
+        # for the latest of them; fresh ports in the batch lose that little time.
+        wait = max((self.table.due_in(key, p.sport) for key, p in batch), default=0.0)
+        if wait > 0:
+            time.sleep(min(wait, self.table.rule.spacing_s))
         traces = self.prober.trace_many([p for _, p in batch])
         outcomes = [self.table.record(t) for t in traces]
         for (key, _), trace, outcome in zip(batch, traces, outcomes, strict=True):
@@ -291,7 +297,8 @@ class ProbePlanner:
             batch = [
                 (key, self._probe(key, ends, sport))
                 for key, ends, sport in todo
-                if not self.table.trusted(self.table.entries(key)[sport])
+                if not self.table.trusted(entry := self.table.entries(key)[sport])
+                and entry.unstable is None
             ]
             if not batch:
                 break

@@ -43,6 +43,8 @@ from topology.model import Fabric
 from topology.roce import ROCE_UDP_DPORT, SPORT_MAX, UDP_PROTOCOL, FiveTuple
 
 IPv4 = ipaddress.IPv4Address
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+"""A probe's ends and answers: IPv4, or IPv6 on an IPv6 fabric (``southbound.netprobe``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +55,8 @@ class Probe:
     and the TTL one past the last switch reaches the destination NIC.
     """
 
-    src: IPv4
-    dst: IPv4
+    src: IPAddress
+    dst: IPAddress
     sport: int
     first_ttl: int = 1
     max_ttl: int = 8
@@ -101,7 +103,7 @@ class HopReply:
     which ICMP message (time exceeded by default, as a modelled switch answers)."""
 
     ttl: int
-    address: IPv4 | None
+    address: IPAddress | None
     icmp_type: int = ICMP_TIME_EXCEEDED
     icmp_code: int = 0
 
@@ -122,7 +124,7 @@ class Trace:
     probe: Probe
     hops: tuple[HopReply, ...]
 
-    def at(self, ttl: int) -> IPv4 | None:
+    def at(self, ttl: int) -> IPAddress | None:
         """The address that answered at ``ttl`` (``None`` if silent or not sent)."""
         i = ttl - self.probe.first_ttl
         return self.hops[i].address if 0 <= i < len(self.hops) else None
@@ -150,15 +152,14 @@ class AddressBook:
 
     def __init__(self, fabric: Fabric, extra: Mapping[str, IPv4 | str] | None = None) -> None:
         index = fabric.index
-        self._node: dict[IPv4, int] = dict(index.node_of_address)
+        self._node: dict[IPAddress, int] = dict(index.node_of_address)
         for number, switch in enumerate(fabric.switches):
             for owned in switch.all_addresses():
-                if isinstance(owned, IPv4):
-                    self._node[owned] = number
+                self._node[owned] = number
         for name, address in (extra or {}).items():
-            self._node[ipaddress.IPv4Address(address)] = index.node(name)
+            self._node[ipaddress.ip_address(address)] = index.node(name)
 
-    def node(self, address: IPv4) -> int | None:
+    def node(self, address: IPAddress) -> int | None:
         """The node that owns ``address``, or ``None`` if no node of the fabric does."""
         return self._node.get(address)
 

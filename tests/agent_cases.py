@@ -11,10 +11,11 @@ by probing, which is what these tests check.
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from c4p.agent.config import AgentConfig
@@ -139,3 +140,18 @@ def agents_running() -> Iterator[AgentRunner]:
         yield runner
     finally:
         runner.close()
+
+
+class ScatteringProber:
+    """The connected-socket prober's failure, modelled: every probe is answered as if its
+    source port were a random one (a per-socket hash under Linux's policy 1), so a port's path
+    is not a function of its 5-tuple."""
+
+    def __init__(self, inner: ModeledProber, seed: int = 7) -> None:
+        self.inner = inner
+        self.rng = random.Random(seed)
+
+    def trace_many(self, probes: Sequence[Probe]) -> list[Trace]:
+        shuffled = [replace(p, sport=self.rng.randrange(49152, 65536)) for p in probes]
+        answered = self.inner.trace_many(shuffled)
+        return [Trace(p, t.hops) for p, t in zip(probes, answered, strict=True)]

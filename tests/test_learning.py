@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agent_cases import ScatteringProber
+
 from c4p.controller.learning import LearningPorts, PortLearner, PortMode, PortsSettings
 from c4p.testing.network import hidden_hash_network, realized_path
-from southbound.bindings import bindings_for_paths
+from southbound.bindings import IssueKind, bindings_for_paths
 from southbound.probing import ModeledProber, Probe, Trace
 from southbound.routes import QpRoute, round_robin_paths
 from topology.generators import generate
@@ -100,3 +102,40 @@ def test_a_link_event_reprobes_only_what_it_changed() -> None:
     after = bindings_for_paths(failed, routes[1:], 3, source=source, previous=before)
     unchanged = before.by_key()[("job", "dp", 1, 0)]
     assert after.bindings[0].sport == unchanged.sport  # untouched pair kept its port
+
+
+def test_probes_that_disagree_make_ports_unstable_and_an_issue_not_a_binding() -> None:
+    network = hidden_hash_network(FABRIC)
+    learner = _learner()
+    routes = _routes([(PORTS[0], PORTS[1]), (PORTS[2], PORTS[3])])
+    prober = ScatteringProber(ModeledProber(network))
+    for epoch in range(1, 4):  # the step asks, a round probes, the next step binds
+        bound = bindings_for_paths(FABRIC, routes, epoch, source=learner.source(FABRIC))
+        learner.probe(learner.take_wants(), prober)
+        learner.answered()
+    bound = bindings_for_paths(FABRIC, routes, 4, source=learner.source(FABRIC))
+    annotated, notes = learner.annotate(FABRIC, bound, routes)
+    table = learner.table
+    unstable = {(key, sport) for key in table.known_keys() for sport in table.unstable(key)}
+    assert unstable  # the second probe of a port mostly lands elsewhere
+    for key, sport in unstable:
+        assert table.middle_of_port(key, sport) is None
+    for b in annotated.bindings:  # no binding from a port that disagreed
+        key = table.key_of(FABRIC.index.node(b.src), FABRIC.index.node(b.dst))
+        assert (key, b.sport) not in unstable
+    kinds = {i.kind for i in annotated.issues}
+    assert IssueKind.UNSTABLE in kinds
+    text = next(i.reason for i in annotated.issues if i.kind is IssueKind.UNSTABLE)
+    assert text.startswith("unstable: probes of") and "not used for a binding" in text
+    # The same network probed from unconnected sockets (the 5-tuple decides): nothing unstable.
+    honest = _learner()
+    for epoch in range(1, 4):
+        bindings_for_paths(FABRIC, routes, epoch, source=honest.source(FABRIC))
+        honest.probe(honest.take_wants(), ModeledProber(network))
+        honest.answered()
+    good = bindings_for_paths(FABRIC, routes, 4, source=honest.source(FABRIC))
+    good, _ = honest.annotate(FABRIC, good, routes)
+    assert len(good.bindings) == 2 and all(b.verified for b in good.bindings)
+    assert not good.issues
+    entries, probes = honest.table.confirmation()
+    assert entries >= 2 and probes >= 2 * entries

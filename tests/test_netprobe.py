@@ -3,6 +3,7 @@ privilege levels against the loopback kernel, pacing, and black holes in the pla
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
 import struct
@@ -10,7 +11,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from southbound.netprobe import Privilege, SocketProber, choose_privilege, parse_icmp, raw_allowed
+from southbound.netprobe import (
+    Privilege,
+    SocketProber,
+    choose_privilege,
+    icmp4_terms,
+    parse_icmp,
+    parse_icmp6,
+    raw_allowed,
+)
 from southbound.pacing import Pacer, TokenBucket, candidates_from_fabric
 from southbound.pathtable import PathTable
 from southbound.probeplan import ProbePlanner
@@ -62,6 +71,65 @@ def test_both_privilege_levels_read_the_kernels_answers(privilege: str) -> None:
         assert all(h.address == LOCAL and (h.icmp_type, h.icmp_code) == (3, 3) for h in trace.hops)
         assert trace.black_hole is None
     assert prober.stats.answered == 60 and prober.stats.lost == 0
+
+
+@pytest.mark.parametrize("privilege", ["recverr", "raw"])
+def test_probes_leave_unconnected_sockets_and_one_socket_serves_two_destinations(
+    privilege: str,
+) -> None:
+    """Never ``connect``: a connected socket's random hash would pick the path under Linux's
+    hash policy 1 (docs/lab.md). One (source, port) socket sends to both destinations, and
+    each answer is matched to its own 4-tuple (the error queue by the quoted destination)."""
+    if privilege == "raw" and not raw_allowed():
+        pytest.skip("raw ICMP sockets need CAP_NET_RAW")
+    other = ipaddress.IPv4Address("127.0.0.2")
+    peers: list[object] = []
+
+    class Watching(SocketProber):
+        def _send(self, sock: socket.socket, four: tuple[str, int, str, int], ttl: int) -> bool:
+            try:
+                peers.append(sock.getpeername())
+            except OSError as exc:  # ENOTCONN: not connected, as it must be
+                peers.append(exc.errno)
+            return super()._send(sock, four, ttl)
+
+    prober = Watching(privilege=privilege, timeout=0.5)
+    probes = [Probe(LOCAL, LOCAL, 43000, 1, 2), Probe(LOCAL, other, 43000, 1, 2)]
+    traces = prober.trace_many(probes)
+    assert peers and all(p == errno.ENOTCONN for p in peers)
+    assert [h.address for h in traces[0].hops] == [LOCAL, LOCAL]
+    assert [h.address for h in traces[1].hops] == [other, other]
+    assert prober.stats.answered == 4 and prober.stats.lost == 0
+
+
+@pytest.mark.parametrize("privilege", ["recverr", "raw"])
+def test_ipv6_probes_read_icmpv6_answers_in_icmpv4_terms(privilege: str) -> None:
+    if privilege == "raw" and not raw_allowed():
+        pytest.skip("raw ICMPv6 sockets need CAP_NET_RAW")
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as check:
+            check.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    local6 = ipaddress.IPv6Address("::1")
+    prober = SocketProber(privilege=privilege, timeout=0.5)
+    traces = prober.trace_many([Probe(local6, local6, 42000 + k, 1, 2) for k in range(10)])
+    for trace in traces:  # ICMPv6 port unreachable (1/4) from the host itself: 3/3
+        assert all(h.address == local6 and (h.icmp_type, h.icmp_code) == (3, 3) for h in trace.hops)
+    assert prober.stats.answered == 20
+
+
+def test_icmpv6_is_parsed_from_its_quote_and_named_in_icmpv4_terms() -> None:
+    src, dst = ipaddress.IPv6Address("2001:2:0:19::"), ipaddress.IPv6Address("2001:2:0:19::e")
+    inner = struct.pack("!IHBB", 0x60000000, 8 + 3, 17, 3) + src.packed + dst.packed
+    message = bytes([3, 0, 0, 0, 0, 0, 0, 0]) + inner + struct.pack("!HHHH", 50000, 4791, 11, 0)
+    parsed = parse_icmp6(message, "2001:2:0:18::3")
+    assert parsed == ("2001:2:0:18::3", 11, 0, ((str(src), 50000, str(dst), 4791), 3))
+    assert parse_icmp6(message[:50], "2001:2:0:18::3") is None  # cut inside the quote
+    assert icmp4_terms(1, 4) == (3, 3)  # port unreachable
+    assert icmp4_terms(1, 0) == (3, 0)  # no route: a black hole
+    assert icmp4_terms(1, 3) == (3, 1)  # address unreachable: a black hole
+    assert icmp4_terms(128, 0)[0] > 255  # an echo request means nothing here
 
 
 def test_raw_is_refused_clearly_without_the_capability() -> None:

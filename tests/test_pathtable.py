@@ -60,9 +60,17 @@ def test_every_trusted_entry_is_what_the_hidden_hash_does(kind: str) -> None:
     _, truth, table = _learned(kind)
     checked = 0
     for key in table.known_keys():
+        assert not table.unstable(key)  # the modelled hash is a function of the 5-tuple
         for sport, entry in table.entries(key).items():
-            assert table.trusted(entry)
             assert _truth_middle(truth, *key, sport) == entry.middle
+            if not table.trusted(entry):
+                # A fresh port that landed on a path already learned is not confirmed (a
+                # second probe would buy nothing) and is never used.
+                assert entry.probes == 1 and key in table.known_keys()
+                assert table.middle_of_port(key, sport) is None
+                assert entry.middle not in table.missing(key)
+                continue
+            assert entry.probes >= 2
             assert table.middle_of_port(key, sport) == entry.middle
             assert sport in table.ports_of_middle(key, entry.middle)
             checked += 1
@@ -74,7 +82,7 @@ def test_reading_a_trace_needs_only_the_answers_after_choices() -> None:
     index = public.index
     src = index.node("h0000:nic0p0")  # on leaf-00
     dst = index.node("h0011:nic0p0")  # on leaf-03
-    table = PathTable(public)
+    table = PathTable(public, rule=ConfidenceRule(probes_per_port=1))
     # Only TTL 2 (the spine) answered: the leaves are known from the topology.
     trace = _trace(public, src, dst, 0xC123, [None, "spine-02", None, None])
     assert table.record(trace) is Outcome.NEW
@@ -103,24 +111,50 @@ def test_reading_a_trace_needs_only_the_answers_after_choices() -> None:
     assert table.path_of(src, dst, 0xC124) is None
 
 
-def test_confidence_rule_wants_agreeing_probes_and_restarts_on_disagreement() -> None:
+def test_a_port_is_learned_by_spaced_agreement_and_unstable_on_disagreement() -> None:
     public, _ = fabric_pair("leaf-spine")
     index = public.index
     src, dst = index.node("h0000:nic0p0"), index.node("h0011:nic0p0")
-    table = PathTable(public, rule=ConfidenceRule(probes_per_port=2, ports_per_path=2))
+    now = [100.0]
+    rule = ConfidenceRule(probes_per_port=2, ports_per_path=2, spacing_s=0.5)
+    table = PathTable(public, rule=rule, clock=lambda: now[0])
     key = table.key_of(src, dst)
     via = [None, "spine-01"]
     assert table.record(_trace(public, src, dst, 0xC001, via)) is Outcome.NEW
     assert table.path_of(src, dst, 0xC001) is None  # one probe is not enough
+    assert table.due_in(key, 0xC001) == 0.5
+    now[0] += 0.1
+    assert table.record(_trace(public, src, dst, 0xC001, via)) is Outcome.AGREED
+    assert table.path_of(src, dst, 0xC001) is None  # too soon: not a second opinion
+    now[0] += 0.5
     assert table.record(_trace(public, src, dst, 0xC001, via)) is Outcome.AGREED
     assert table.path_of(src, dst, 0xC001) is not None
+    assert table.confirmation() == (1, 3)
     middle = table.entries(key)[0xC001].middle
     assert middle in table.missing(key)  # a path wants two trusted ports
-    assert table.record(_trace(public, src, dst, 0xC001, [None, "spine-03"])) is Outcome.CHANGED
+    # A later probe of the same 5-tuple on another path: not a function of the 5-tuple.
+    now[0] += 1
+    other = [None, "spine-03"]
+    assert table.record(_trace(public, src, dst, 0xC001, other)) is Outcome.UNSTABLE
     entry = table.entries(key)[0xC001]
-    assert entry.changes == 1 and not table.trusted(entry)
+    assert not table.trusted(entry) and table.path_of(src, dst, 0xC001) is None
+    assert 0xC001 not in table.ports_of_middle(key, middle)
+    assert dict(table.unstable(key)) == {0xC001: (middle, entry.unstable)}
+    assert not table.pending(key)  # never probed again for agreement
+    assert table.record(_trace(public, src, dst, 0xC001, via)) is Outcome.UNSTABLE
+    assert table.confirmation() == (0, 0)
+    # A disagreement on a pending entry is just as unstable.
+    assert table.record(_trace(public, src, dst, 0xC002, via)) is Outcome.NEW
+    now[0] += 1
+    assert table.record(_trace(public, src, dst, 0xC002, other)) is Outcome.UNSTABLE
+    # A topology change on its groups explains it: the entry is stale, learned anew.
+    link = index.link_number("leaf-00--spine-03")
+    invalidation = table.invalidate(public.with_link_status({link: LinkStatus.DOWN}))
+    assert (key, 0xC001) in invalidation.stale and not table.unstable(key)
     with pytest.raises(ValueError, match="counts >= 1"):
         ConfidenceRule(probes_per_port=0)
+    with pytest.raises(ValueError, match="spacing_s"):
+        ConfidenceRule(spacing_s=-1)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -20,6 +20,7 @@ from typing import Any
 
 from agent_cases import (
     BlackHoleProber,
+    ScatteringProber,
     agent_config,
     agents_running,
     agents_section,
@@ -123,6 +124,30 @@ def test_learned_ports_put_every_qp_on_its_path_in_a_network_the_model_does_not_
         assert worker is not None and worker.traces > 0
         # Only the planned paths of these QPs were learned: one NIC pair per direction.
         assert len(list(service.runtime.learner.table.known_keys())) <= 4
+
+
+def test_probes_that_disagree_reach_the_jobs_stream_as_unstable(tmp_path: Path) -> None:
+    """A prober whose paths are not a function of the 5-tuple (what connected sockets did
+    under Linux's hash policy 1): ports whose two probes disagree are never bound, and the job
+    hears it as KIND_UNSTABLE."""
+    network = real_network(FABRIC)
+    with controller_with_agents(
+        tmp_path, None, HOSTS[:2], lambda: ScatteringProber(ModeledProber(network))
+    ) as (service, _):
+        seen: list[Any] = []
+
+        def done(m: BindingMirror) -> bool:
+            seen.extend(m.issues)
+            return any(i.kind == Kind.KIND_UNSTABLE for i in seen)
+
+        mirror, _, _ = run_job(service, HOSTS[:2], done)
+        reason = next(i.reason for i in seen if i.kind == Kind.KIND_UNSTABLE)
+        assert "disagreed on the path" in reason and "not used for a binding" in reason
+        table = service.runtime.learner.table
+        index = FABRIC.index
+        for b in mirror.bindings.values():
+            key = table.key_of(index.node(b.src_port), index.node(b.dst_port))
+            assert b.udp_sport not in table.unstable(key)
 
 
 def test_predicted_ports_are_never_marked_verified(tmp_path: Path) -> None:

@@ -206,8 +206,9 @@ class FabricIndex:
         return index
 
     @cached_property
-    def node_of_address(self) -> dict[ipaddress.IPv4Address, int]:
-        """NIC-port node by its address (built on first use: planning never asks)."""
+    def node_of_address(self) -> dict[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
+        """NIC-port node by its address (built on first use: planning never asks). Typed for
+        either family so that a probe's address (IPv4 or IPv6) can be looked up as it is."""
         return {p.port.address: p.node for p in self.ports}
 
     def _node_for_end(self, end: str, device: str) -> int:

@@ -38,6 +38,25 @@ RoutingOption = Annotated[
 ]
 
 
+HashPolicyOption = Annotated[
+    int,
+    typer.Option(
+        "--hash-policy",
+        help="The routers' net.ipv4.fib_multipath_hash_policy: 0 (addresses only), 1 (L4 "
+        "5-tuple; reuses a connected socket's hash: the kernel's realistic case), 3 (chosen "
+        "fields: the 5-tuple).",
+    ),
+]
+
+
+def _hash_policy(value: int) -> int:
+    from c4p.lab.build import HASH_POLICIES
+
+    if value not in HASH_POLICIES:
+        fail(f"--hash-policy: {value} is not one of {', '.join(map(str, HASH_POLICIES))}")
+    return value
+
+
 def _routing(value: str) -> Any:
     if value not in ("static", "bgp"):
         fail(f"--routing: {value!r} is not one of static, bgp")
@@ -52,6 +71,14 @@ def lab_up(
         str, typer.Option("--icmp-from", help="Routers answer from: loopback or interface.")
     ] = "loopback",
     state_dir: StateOption = DEFAULT_STATE,
+    hash_policy: HashPolicyOption = 1,
+    family: Annotated[
+        int,
+        typer.Option(
+            "--family",
+            help="4, or 6: IPv6 only (2001:2::/48; static routing, no gNMI faces).",
+        ),
+    ] = 4,
     gnmi_targets: Annotated[
         Path | None,
         typer.Option(
@@ -67,6 +94,11 @@ def lab_up(
     from c4p.lab.build import Lab
 
     mode = _routing(routing)
+    policy = _hash_policy(hash_policy)
+    if family not in (4, 6):
+        fail(f"--family: {family} is not 4 or 6")
+    if family == 6 and (mode != "static" or gnmi_targets is not None or icmp_from != "loopback"):
+        fail("--family: 6 is built with static routing, loopback answers and no gNMI faces")
     if icmp_from not in ("loopback", "interface"):
         fail(f"--icmp-from: {icmp_from!r} is not one of loopback, interface")
 
@@ -76,6 +108,8 @@ def lab_up(
             load_fabric(fabric),
             routing=mode,
             icmp_from=icmp_from,  # type: ignore[arg-type]
+            hash_policy=policy,
+            family=family,
             token=token,
             workdir=state_dir / token,
         )
@@ -83,7 +117,10 @@ def lab_up(
         return lab
 
     lab = guarded(body)
-    console.print(f"lab [bold]{lab.token}[/] up ({routing}): {len(lab.plan.namespaces)} namespaces")
+    console.print(
+        f"lab [bold]{lab.token}[/] up ({routing}, IPv{family}, hash policy {policy}): "
+        f"{len(lab.plan.namespaces)} namespaces"
+    )
     for device, ns in sorted(lab.plan.namespaces.items()):
         console.print(f"  {device:<16} {ns}", highlight=False)
     console.print(f"the lab's fabric (its addresses): {lab.workdir / 'fabric.json'}")
@@ -140,6 +177,7 @@ def lab_demo(
     ] = None,
     routing: Annotated[str, typer.Option("--routing", help="static, bgp, or both.")] = "both",
     qps: Annotated[int, typer.Option("--qps", help="QPs per connection (1-16).")] = 4,
+    hash_policy: HashPolicyOption = 1,
     json_path: JsonOption = None,
 ) -> None:
     """Lab up, serve + agents, two jobs, traffic, link down, again, then predicted/verified."""
@@ -152,6 +190,7 @@ def lab_demo(
         fail(f"--routing: {routing!r} is not one of static, bgp, both")
     if not 1 <= qps <= 16:
         fail(f"--qps: {qps} is not between 1 and 16")
+    policy = _hash_policy(hash_policy)
 
     def interrupted(*_: object) -> None:
         raise KeyboardInterrupt  # unwinds every context: agents, service, faces, namespaces
@@ -164,7 +203,10 @@ def lab_demo(
             results.append(
                 guarded(
                     lambda m=mode: run_demo(  # type: ignore[misc]
-                        load_fabric(fabric) if fabric else None, routing=m, qps=qps
+                        load_fabric(fabric) if fabric else None,
+                        routing=m,
+                        qps=qps,
+                        hash_policy=policy,
                     )
                 )
             )
@@ -174,7 +216,10 @@ def lab_demo(
 
     def show() -> None:
         for result in results:
-            table = Table(title=f"c4p lab demo: {result['fabric']}, routing {result['routing']}")
+            table = Table(
+                title=f"c4p lab demo: {result['fabric']}, routing {result['routing']}, "
+                f"hash policy {result['hash_policy']}"
+            )
             for column in ("phase", "QPs on plan", "max QPs/link plan/meas", "probes", "lost", "s"):
                 table.add_column(column)
             for row in render(result):

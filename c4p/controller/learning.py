@@ -27,6 +27,12 @@ those (``ProbePlanner.reprobe``, limited to the planned paths).
 
 Hosts without a connected agent cannot probe: their QPs get predicted ports (or learned ones if
 the table already knows) and a ``predicted`` binding issue that says so.
+
+A port is learned only when spaced probes agreed (``ConfidenceRule``); ports whose probes
+disagreed are *unstable*: never bound, and every QP whose planned path one of them was seen on
+gets an ``unstable`` issue naming them, for as long as they stay so, even when it is bound to
+another port that two probes agreed on: where one port's probes disagree, the others' agreement
+is weaker evidence (see ``PathTable``).
 """
 
 from __future__ import annotations
@@ -245,11 +251,12 @@ class PortLearner:
             ends = self.table.endpoints(key)
             if ends is not None and not self.table.is_trivial(key):
                 todo.append((key, ends, sport))
-        for _ in range(MAX_RETRIES + 1):
+        for _ in range(MAX_RETRIES + self.table.rule.probes_per_port):
             batch = [
                 (key, planner._probe(key, ends, sport))
                 for key, ends, sport in todo
                 if self.table.middle_of_port(key, sport) is None
+                and sport not in self.table.unstable(key)
             ]
             if not batch:
                 return
@@ -319,6 +326,9 @@ class PortLearner:
                     )
             notes: list[str] = []
             for key, where in planned.items():
+                unstable = self._unstable(snapshot, *where)
+                if unstable is not None:
+                    issues.append(_issue_for(key, unstable))
                 for finding in self._findings.get(where, ()):
                     issues.append(_issue_for(key, finding))
                 for finding in self._pair_findings.get(where[:2], ()):
@@ -333,6 +343,30 @@ class PortLearner:
             out = bset.model_copy(update={"bindings": tuple(bindings), "issues": tuple(issues)})
             header = f"ports {self.mode.value}: {verified}/{len(bindings)} bindings seen by probes"
             return out, (header, *sorted(set(notes))[:50])
+
+    def _unstable(self, snapshot: Fabric, src: int, dst: int, middle: Middle) -> Finding | None:
+        """The ports of a QP's key whose probes disagreed and one of which saw its planned
+        path (they would have been candidates for it), as one finding."""
+        found = [
+            (sport, pair)
+            for sport, pair in self.table.unstable(self.table.key_of(src, dst)).items()
+            if middle in pair
+        ]
+        if not found:
+            return None
+        names, index = snapshot.index.node_names, snapshot.index
+
+        def path(m: Middle) -> str:
+            return "-".join(names[int(index.res_dst[r])] for r in m[:-1]) or "direct"
+
+        shown = ", ".join(f"{p:#06x} ({path(a)} then {path(b)})" for p, (a, b) in found[:3])
+        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+        text = (
+            f"unstable: probes of {len(found)} port(s) from {names[src]} to {names[dst]} "
+            f"disagreed on the path: {shown}{more}; not used for a binding (a path that is "
+            "not a function of the 5-tuple makes every learned port of this pair doubtful)"
+        )
+        return Finding(IssueKind.UNSTABLE, text)
 
     def _explain(
         self, issue: BindingIssue, planned: dict[QpKey, tuple[int, int, Middle]]
@@ -440,7 +474,9 @@ class LearningPorts:
                 break
             hole = learner.black_hole((r.src, r.dst, port))
             seen = self.table.middle_of_port(key, port)
-            if hole is not None:
+            if port in self.table.unstable(key):
+                refuted = True  # the probes disagreed: the model's port is not trusted here
+            elif hole is not None:
                 refuted = True
                 learner.find_finding(r.src, r.dst, r.middle, Finding(IssueKind.BLACK_HOLE, hole))
             elif seen == r.middle:

@@ -9,6 +9,14 @@ the input fabric with those addresses: NIC ports re-addressed and every switch g
 loopback and interface addresses (``Switch.addresses``), which is what the probe address book
 needs to turn an answering address back into a switch.
 
+**IPv6.** A lab built with ``family=6`` (:class:`c4p.lab.build.Lab`) carries only IPv6 in its
+namespaces: every address is the IPv6 twin of the IPv4 one above (:func:`as_ipv6`), in
+2001:2::/48 (RFC 5180's benchmarking range, routed nowhere): a loopback ``198.18.a.b`` is
+``2001:2:0:18::a:b``, a cable end ``198.19.a.b`` is ``2001:2:0:19::a:b`` (a /127, ``a`` end even).
+The lab's fabric keeps the IPv4 addresses as the *names* of the same interfaces (the fabric model
+addresses NIC ports in IPv4), so a probe answered from an IPv6 address is read by mapping it back
+(:func:`as_ipv4`).
+
 Names carry a per-run token (``c4p-<token>-<device>`` namespaces) so that labs built at the same
 time on one machine never collide; interface names live inside namespaces, so they only need to
 be unique per device (and at most 15 characters, the kernel's limit).
@@ -29,11 +37,33 @@ from topology.model import Fabric, Host, Nic, NicPort, Switch, SwitchAddress, sp
 LOOPBACKS = ipaddress.IPv4Network("198.18.0.0/16")
 LINKS = ipaddress.IPv4Network("198.19.0.0/16")
 LAB_RANGE = ipaddress.IPv4Network("198.18.0.0/15")
+LAB_RANGE6 = ipaddress.IPv6Network("2001:2::/48")
+_V6_LOOPBACKS = ipaddress.IPv6Network("2001:2:0:18::/64")
+_V6_LINKS = ipaddress.IPv6Network("2001:2:0:19::/64")
 _IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 
 
 class LabError(C4pError):
     """The lab cannot be built as asked (bad fabric for a lab, missing tools or rights)."""
+
+
+def as_ipv6(address: ipaddress.IPv4Address) -> ipaddress.IPv6Address:
+    """The IPv6 twin of a lab address (see the module docstring)."""
+    if address in LOOPBACKS:
+        base = _V6_LOOPBACKS
+    elif address in LINKS:
+        base = _V6_LINKS
+    else:
+        raise LabError(f"address: {address} is not a lab address ({LAB_RANGE})")
+    return base[int(address) & 0xFFFF]
+
+
+def as_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address:
+    """The lab's IPv4 name of an IPv6 twin (the inverse of :func:`as_ipv6`)."""
+    for base, net in ((_V6_LOOPBACKS, LOOPBACKS), (_V6_LINKS, LINKS)):
+        if address in base and int(address) - int(base[0]) <= 0xFFFF:
+            return net[int(address) - int(base[0])]
+    raise LabError(f"address: {address} is not a lab IPv6 address ({LAB_RANGE6})")
 
 
 def runtime_dir(token: str) -> Path:

@@ -2,10 +2,17 @@
 
 What a router namespace gets, and why:
 
-- ``fib_multipath_hash_policy=3`` with fields ``0x37`` (addresses, protocol, ports) and a fixed
-  ``fib_multipath_hash_seed``: multipath routes hash the L4 5-tuple, as RoCE fabrics do, so the
-  UDP source port chooses the path (what probing learns and bindings steer), the same way on
-  every run. (Policy 1 would reuse a socket's random txhash carried over the veth.)
+- ``fib_multipath_hash_policy`` (``hash_policy``, default 1) and a fixed
+  ``fib_multipath_hash_seed``. Policy 1 hashes the L4 5-tuple, as RoCE fabrics do, so the UDP
+  source port chooses the path (what probing learns and bindings steer); it is the kernel's
+  usual choice for L4 hashing and the realistic one, because it also *reuses* a packet's L4
+  hash when the packet has one: a packet from a **connected** socket carries that socket's
+  random ``sk_txhash`` over the veth, and the first router would pick its next hop from that,
+  not from the 5-tuple. That is why probes and lab traffic leave from unconnected sockets
+  (``sendto``; see :mod:`southbound.netprobe`), as a NIC's RoCE packets carry no socket hash.
+  Policy 3 hashes chosen fields (``0x37``: addresses, protocol, ports) and ignores a socket's
+  hash; policy 0 hashes only the addresses (L3), so no source port can steer there: every QP
+  of one address pair shares one path. :data:`HASH_POLICIES` lists what the lab accepts.
 - its loopback ``/32`` on ``lo``, and every route carrying ``src <loopback>``: ICMP errors (time
   exceeded, unreachable) go out from the loopback, as most data-centre switches answer. With
   ``icmp_from="interface"`` the lab sets ``icmp_errors_use_inbound_ifaddr=1`` instead, and the
@@ -22,7 +29,14 @@ routers keep hashing onto it: a black hole, as static routing really behaves); `
 
 A host namespace gets each NIC port's address on its interface and, per address, a policy rule
 and table whose default route leaves by that port (so a probe or a QP from an address leaves by
-its own NIC, as the 5-tuple under test requires). Nothing is routed outside 198.18.0.0/15.
+its own NIC, as the 5-tuple under test requires). Nothing is routed outside 198.18.0.0/15
+(2001:2::/48 on an IPv6 lab).
+
+``family=6`` builds the same lab with IPv6 only (addresses from
+:func:`c4p.lab.addressing.as_ipv6`, in 2001:2::/48; ``net.ipv6.fib_multipath_hash_policy`` and
+``net.ipv6.icmp.ratelimit`` instead of the IPv4 ones; duplicate address detection off, so an
+address is usable at once; static routing only, answers from the loopback as above). RoCEv2
+over IPv6 is hashed on the same UDP source port, and ICMPv6 answers time exceeded the same way.
 
 Teardown deletes the namespaces (and so every veth) and the lab's work directory, and kills every
 process left in them; :meth:`Lab.down` is idempotent and runs on any failure of :meth:`Lab.up`.
@@ -41,11 +55,14 @@ from typing import Literal
 
 from c4p.files import save_fabric
 from c4p.lab import netns
-from c4p.lab.addressing import LabError, LabPlan, plan_lab, runtime_dir
+from c4p.lab.addressing import LabError, LabPlan, as_ipv6, plan_lab, runtime_dir
 from topology.model import Fabric
 
 Routing = Literal["static", "bgp"]
 IcmpFrom = Literal["loopback", "interface"]
+HASH_POLICIES = (0, 1, 3)
+"""Linux multipath hash policies the lab builds with: 0 (L3), 1 (L4, the default), 3 (custom
+fields: the L4 5-tuple)."""
 
 
 class Lab:
@@ -59,6 +76,8 @@ class Lab:
         icmp_from: IcmpFrom = "loopback",
         icmp_ratelimit_ms: int = 0,
         hash_seed: int = 0x0C4B,
+        hash_policy: int = 1,
+        family: int = 4,
         icmp_limit: tuple[int, int] | None = None,
         token: str | None = None,
         workdir: Path | None = None,
@@ -67,6 +86,14 @@ class Lab:
             raise LabError(f"routing: {routing!r} is not one of static, bgp")
         if icmp_from not in ("loopback", "interface"):
             raise LabError(f"icmp_from: {icmp_from!r} is not one of loopback, interface")
+        if hash_policy not in HASH_POLICIES:
+            raise LabError(
+                f"hash_policy: {hash_policy!r} is not one of {', '.join(map(str, HASH_POLICIES))}"
+            )
+        if family not in (4, 6):
+            raise LabError(f"family: {family!r} is not 4 or 6")
+        if family == 6 and (routing != "static" or icmp_from != "loopback"):
+            raise LabError("family: 6 is built with static routing, answers from the loopback")
         if icmp_ratelimit_ms < 0:
             raise LabError(f"icmp_ratelimit_ms: {icmp_ratelimit_ms} is negative")
         self.plan: LabPlan = plan_lab(fabric, token)
@@ -74,6 +101,8 @@ class Lab:
         self.icmp_from: IcmpFrom = icmp_from
         self.icmp_ratelimit_ms = icmp_ratelimit_ms
         self.hash_seed = hash_seed
+        self.hash_policy = hash_policy
+        self.family = family
         self.icmp_limit = icmp_limit
         self.workdir = workdir or Path(tempfile.gettempdir()) / f"c4p-lab-{self.plan.token}"
         self._bgp: object | None = None
@@ -92,6 +121,13 @@ class Lab:
 
     def ns(self, device: str) -> str:
         return self.plan.namespaces[device]
+
+    def address(self, address: ipaddress.IPv4Address) -> str:
+        """How a lab address is configured in the namespaces: as it is, or its IPv6 twin."""
+        return str(address) if self.family == 4 else str(as_ipv6(address))
+
+    def _host_prefix(self) -> int:
+        return 32 if self.family == 4 else 128
 
     # -- up / down ---------------------------------------------------------------------------
 
@@ -140,6 +176,8 @@ class Lab:
         state = {
             "token": self.token,
             "routing": self.routing,
+            "hash_policy": self.hash_policy,
+            "family": self.family,
             "namespaces": sorted(self.plan.namespaces.values()),
             "workdir": str(self.workdir),
             "fabric": self.fabric.model_dump(mode="json"),
@@ -158,15 +196,18 @@ class Lab:
             netns.ip_batch(["link set lo up"], ns)
         for name in self.plan.switches:
             ns = self.ns(name)
+            if self.family == 6:
+                self._ipv6_sysctls(ns, router=True)
+                netns.ip_batch(
+                    [f"address add {self.address(self.plan.loopbacks[name])}/128 dev lo"], ns
+                )
+                continue
             netns.sysctl(
                 ns,
                 {
                     "net.ipv4.ip_forward": 1,
-                    # Policy 3 (chosen fields: addresses, protocol, ports), not 1: with policy
-                    # 1 Linux reuses a packet's L4 hash when it has one, and a packet coming
-                    # over a veth from a local socket carries that socket's random txhash, so
-                    # the first router's choice would be random per socket, not per 5-tuple.
-                    "net.ipv4.fib_multipath_hash_policy": 3,
+                    # See the module docstring: policy 1 reuses a connected socket's hash.
+                    "net.ipv4.fib_multipath_hash_policy": self.hash_policy,
                     "net.ipv4.fib_multipath_hash_fields": "0x0037",
                     "net.ipv4.fib_multipath_hash_seed": self.hash_seed,
                     "net.ipv4.conf.all.rp_filter": 0,
@@ -188,6 +229,30 @@ class Lab:
                 self.ns(name),
                 {"net.ipv4.conf.all.rp_filter": 0, "net.ipv4.conf.default.rp_filter": 0},
             )
+            if self.family == 6:
+                self._ipv6_sysctls(self.ns(name), router=False)
+
+    def _ipv6_sysctls(self, ns: str, *, router: bool) -> None:
+        """IPv6 only: no duplicate address detection (addresses usable at once), no router
+        advertisements, and on routers forwarding, the hash policy and ICMPv6 unlimited per
+        peer (the kernel's default of one error per second per peer would silence probes)."""
+        values: dict[str, int | str] = {
+            "net.ipv6.conf.all.accept_dad": 0,
+            "net.ipv6.conf.default.accept_dad": 0,
+            "net.ipv6.conf.all.accept_ra": 0,
+            "net.ipv6.conf.default.accept_ra": 0,
+        }
+        if router:
+            values |= {
+                "net.ipv6.conf.all.forwarding": 1,
+                "net.ipv6.fib_multipath_hash_policy": self.hash_policy,
+                "net.ipv6.fib_multipath_hash_fields": "0x0037",
+                "net.ipv4.fib_multipath_hash_seed": self.hash_seed,  # both families' seed
+                "net.ipv6.conf.all.ignore_routes_with_linkdown": 1,
+                "net.ipv6.conf.default.ignore_routes_with_linkdown": 1,
+                "net.ipv6.icmp.ratelimit": self.icmp_ratelimit_ms,
+            }
+        netns.sysctl(ns, values)
 
     def _cables(self) -> None:
         lines = [
@@ -201,28 +266,27 @@ class Lab:
             for e in (c.a, c.b):
                 per_ns.setdefault(e.namespace, []).extend(
                     [
-                        f"address add {e.address}/31 dev {e.interface}",
+                        f"address add {self.address(e.address)}/{self._host_prefix() - 1} "
+                        f"dev {e.interface}" + (" nodad" if self.family == 6 else ""),
                         f"link set {e.interface} up",
                     ]
                 )
         for ns, lines in per_ns.items():
-            netns.ip_batch(lines, ns)
+            netns.ip_batch(lines, ns, family=self.family)
 
     def _hosts(self) -> None:
         for host in self.plan.hosts:
             lines = []
             for k, e in enumerate(self.plan.ends_of(host)):
                 table = 100 + k
+                peer, address = self.address(e.peer), self.address(e.address)
                 if k == 0:
-                    lines.append(
-                        f"route add default via {e.peer} dev {e.interface} src {e.address}"
-                    )
+                    lines.append(f"route add default via {peer} dev {e.interface} src {address}")
                 lines.append(
-                    f"route add default via {e.peer} dev {e.interface} src {e.address} "
-                    f"table {table}"
+                    f"route add default via {peer} dev {e.interface} src {address} table {table}"
                 )
-                lines.append(f"rule add from {e.address} table {table}")
-            netns.ip_batch(lines, self.ns(host))
+                lines.append(f"rule add from {address} table {table}")
+            netns.ip_batch(lines, self.ns(host), family=self.family)
 
     # -- static routing ----------------------------------------------------------------------
 
@@ -258,13 +322,15 @@ class Lab:
                 ]
                 if dist[s] == 1 and device not in switches:
                     continue  # the host is on a cable of ours: the connected /31 covers it
-                nexthops = " ".join(f"nexthop via {via} dev {ifname}" for ifname, via in hops)
+                nexthops = " ".join(
+                    f"nexthop via {self.address(via)} dev {ifname}" for ifname, via in hops
+                )
                 routes[s].append(
-                    f"route replace {address}/32 src {self.plan.loopbacks[s]} proto static "
-                    f"{nexthops}"
+                    f"route replace {self.address(address)}/{self._host_prefix()} "
+                    f"src {self.address(self.plan.loopbacks[s])} proto static {nexthops}"
                 )
         for s, lines in routes.items():
-            netns.ip_batch(lines, self.ns(s))
+            netns.ip_batch(lines, self.ns(s), family=self.family)
 
     # -- changes while up --------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ Requests::
     {"op": "trace", "probes": [[src, dst, sport, first_ttl, max_ttl], ...],
      "rate": 200.0 | null, "burst": 20, "timeout": 0.5, "rounds": 3}
     -> {"traces": [[[ttl, address | null, type, code], ...], ...], "stats": {...}}
-    {"op": "send", "src": A, "sport": P, "dst": B, "count": N}
+    {"op": "send", "src": A, "sport": P, "dst": B, "count": N, "connected": false}
     -> {"sent": N}
 """
 
@@ -56,7 +56,7 @@ def _trace(request: dict[str, Any], fabric: Fabric | None, privilege: str) -> di
         rounds=int(request.get("rounds", 3)),
     )
     probes = [
-        Probe(ipaddress.IPv4Address(s), ipaddress.IPv4Address(d), int(p), int(f), int(m))
+        Probe(ipaddress.ip_address(s), ipaddress.ip_address(d), int(p), int(f), int(m))
         for s, d, p, f, m in request["probes"]
     ]
     traces = prober.trace_many(probes)
@@ -74,19 +74,30 @@ def _trace(request: dict[str, Any], fabric: Fabric | None, privilege: str) -> di
 
 
 def _send(request: dict[str, Any]) -> dict[str, Any]:
-    """``count`` datagrams of the QP's 5-tuple (destination port 4791), as a QP would send."""
+    """``count`` datagrams of the QP's 5-tuple (destination port 4791), as a QP would send:
+    from an unconnected socket (``sendto``), so no socket hash rides on the packets and every
+    router hashes the 5-tuple, as a switch hashes a NIC's RoCE packets (``connected: true``
+    sends from a connected socket instead, to show what that does; see ``c4p.lab.build``)."""
     count = int(request["count"])
     if not 1 <= count <= 100_000:
         raise ValueError(f"count: {count} is not within 1..100000")
+    src, sport = str(request["src"]), int(request["sport"])
+    to = (str(request["dst"]), int(request.get("dport", ROCE_UDP_DPORT)))
+    family = socket.AF_INET6 if ":" in src else socket.AF_INET
     sent = 0
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((request["src"], int(request["sport"])))
-        sock.connect((request["dst"], int(request.get("dport", ROCE_UDP_DPORT))))
+        sock.bind((src, sport))
+        connected = bool(request.get("connected", False))
+        if connected:
+            sock.connect(to)
         for _ in range(count):
             for _attempt in range(3):  # a failed send reports an earlier port unreachable
                 try:
-                    sock.send(b"\x00" * 64)
+                    if connected:
+                        sock.send(b"\x00" * 64)
+                    else:
+                        sock.sendto(b"\x00" * 64, to)
                 except ConnectionRefusedError:
                     continue
                 sent += 1

@@ -21,14 +21,15 @@ import sys
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from c4p.files import save_fabric
-from c4p.lab.addressing import LabError
+from c4p.lab.addressing import LabError, as_ipv4, as_ipv6
 from c4p.lab.build import Lab
 from southbound.netprobe import ProbeStats
 from southbound.pacing import DEFAULT_BURST, DEFAULT_RATE
-from southbound.probing import HopReply, Probe, Trace
+from southbound.probing import HopReply, IPAddress, Probe, Prober, Trace
 
 REPLY_TIMEOUT = 300.0
 """Seconds a helper may take for one request before the lab gives up on it."""
@@ -94,7 +95,7 @@ class Helpers:
         self.lab = lab
         self.privilege = privilege
         self._helpers: dict[str, _Helper] = {}
-        self._owner = {str(p.address): h.name for h, _, p in lab.fabric.nic_ports()}
+        self._owner = {lab.address(p.address): h.name for h, _, p in lab.fabric.nic_ports()}
 
     def __enter__(self) -> Helpers:
         return self
@@ -102,7 +103,7 @@ class Helpers:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def host_of(self, address: str | ipaddress.IPv4Address) -> str:
+    def host_of(self, address: str | ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
         host = self._owner.get(str(address))
         if host is None:
             raise LabError(f"address: {address} is no NIC port address of the lab")
@@ -123,11 +124,14 @@ class Helpers:
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
             list(pool.map(lambda h: self.helper(h).ask({"op": "ping"}), hosts))
 
-    def send(self, src: str, sport: int, dst: str, count: int) -> int:
-        """``count`` datagrams of one QP's 5-tuple, from its source host's namespace."""
-        answer = self.helper(self.host_of(src)).ask(
-            {"op": "send", "src": src, "sport": sport, "dst": dst, "count": count}
-        )
+    def send(self, src: str, sport: int, dst: str, count: int, *, connected: bool = False) -> int:
+        """``count`` datagrams of one QP's 5-tuple, from its source host's namespace, from an
+        unconnected socket as a NIC would (``connected``: a connected one, to show the
+        difference under hash policy 1; see ``c4p.lab.build``)."""
+        request = {"op": "send", "src": src, "sport": sport, "dst": dst, "count": count}
+        if connected:
+            request["connected"] = True
+        answer = self.helper(self.host_of(src)).ask(request)
         return int(answer["sent"])
 
     def close(self) -> None:
@@ -197,8 +201,38 @@ class NamespaceProber:
                 results[i] = Trace(
                     probes[i],
                     tuple(
-                        HopReply(ttl, None if a is None else ipaddress.IPv4Address(a), kind, code)
+                        HopReply(ttl, None if a is None else ipaddress.ip_address(a), kind, code)
                         for ttl, a, kind, code in hops
                     ),
                 )
         return [t for t in results if t is not None]
+
+
+class TwinProber:
+    """Probes an IPv6 lab (``Lab(family=6)``) for a path table of the lab's fabric: each probe
+    goes out between the IPv6 twins of its IPv4 addresses, each answer comes back under the
+    IPv4 name of its IPv6 address (the fabric model addresses NIC ports in IPv4; see
+    :mod:`c4p.lab.addressing`). What is probed, hashed and answered is IPv6 only."""
+
+    def __init__(self, inner: Prober) -> None:
+        self.inner = inner
+
+    def trace_many(self, probes: Sequence[Probe]) -> list[Trace]:
+        sent = [replace(p, src=_twin(p.src), dst=_twin(p.dst)) for p in probes]
+        return [
+            Trace(probe, tuple(replace(h, address=_name(h.address)) for h in trace.hops))
+            for probe, trace in zip(probes, self.inner.trace_many(sent), strict=True)
+        ]
+
+
+def _twin(address: IPAddress) -> IPAddress:
+    return as_ipv6(address) if isinstance(address, ipaddress.IPv4Address) else address
+
+
+def _name(address: IPAddress | None) -> IPAddress | None:
+    if not isinstance(address, ipaddress.IPv6Address):
+        return address
+    try:
+        return as_ipv4(address)
+    except LabError:
+        return address  # not the lab's: the path table reads it as unexpected

@@ -57,11 +57,14 @@ def run(
     return done.stdout
 
 
-def ip_batch(lines: Sequence[str], ns: str | None = None) -> None:
-    """Many ``ip`` commands in one process (``ip -batch -``), inside ``ns`` when given."""
+def ip_batch(lines: Sequence[str], ns: str | None = None, *, family: int = 0) -> None:
+    """Many ``ip`` commands in one process (``ip -batch -``), inside ``ns`` when given;
+    ``family`` 6 runs them as ``ip -6`` (``ip rule`` assumes IPv4 otherwise)."""
     if not lines:
         return
     prefix = ["ip", "-n", ns] if ns else ["ip"]
+    if family == 6:
+        prefix.append("-6")
     run([*prefix, "-batch", "-"], stdin="\n".join(lines) + "\n")
 
 

@@ -1,7 +1,8 @@
 """Traffic on bound 5-tuples, and which links it really crossed, read from kernel counters.
 
 Why counters: "as planned" must mean *seen*. Each QP's datagrams are sent from its source host's
-namespace on its bound 5-tuple (destination port 4791), one QP at a time, and every interface's
+namespace on its bound 5-tuple (destination port 4791; on an IPv6 lab between the addresses'
+IPv6 twins), one QP at a time, and every interface's
 ``tx_packets`` is read before and after from the kernel of each namespace (``ip -j -s link``).
 A directed link (a resource of the fabric: a cable in one direction) was crossed by the QP when
 its transmitting interface counted at least ``count`` more packets; attribution is exact because
@@ -132,8 +133,8 @@ def measure(
         binding = by_key.get(route.key)
         if binding is None:
             continue
-        src = str(lab.fabric.index.port(route.src).port.address)
-        dst = str(lab.fabric.index.port(route.dst).port.address)
+        src = lab.address(lab.fabric.index.port(route.src).port.address)
+        dst = lab.address(lab.fabric.index.port(route.dst).port.address)
         helpers.send(src, binding.sport, dst, count)
         after = read_counters(lab)
         crossed = tuple(
