@@ -122,6 +122,15 @@ def _state(value: int) -> str:
     return str(pb.IntentState.Name(value)).removeprefix("INTENT_STATE_").lower()
 
 
+def job_state_text(job: Any) -> str:
+    """A job's state as ``c4p admin jobs`` prints it: ``installed (predicted)`` when the
+    operator chose the hash model's word, so an installed job never hides how it got there."""
+    text = _state(job.state)
+    if job.predicted and text == "installed":
+        return f"{text} (predicted)"
+    return text
+
+
 def _decision_row(d: Any) -> list[str]:
     from c4p.api.v1 import intents_pb2 as pb
 
@@ -184,18 +193,19 @@ def admin_jobs(
             [
                 j.job_id,
                 j.tenant,
-                _state(j.state),
+                job_state_text(j),
                 str(j.ranks),
                 str(j.flows),
                 str(j.bound),
+                f"{j.verified}/{j.verified + j.unverified}",
                 str(j.issues),
                 f"{j.planned_revision}/{j.intent_revision}",
                 f"{j.prediction.busbw_fraction:.0%}" if j.HasField("prediction") else "",
             ]
             for j in reply.jobs
         ]
-        columns = ["job", "tenant", "state", "ranks", "flows", "bound", "issues", "planned/rev",
-                   "busbw"]  # fmt: skip
+        columns = ["job", "tenant", "state", "ranks", "flows", "bound", "verified", "issues",
+                   "planned/rev", "busbw"]  # fmt: skip
         emit(
             json_path,
             as_dict(reply),

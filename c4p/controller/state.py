@@ -83,6 +83,9 @@ class IntentState(StrEnum):
     DEGRADED = "degraded"
     FAILED = "failed"
     WITHDRAWN = "withdrawn"
+    BOUND_UNVERIFIED = "bound-unverified"
+    """Every QP bound as planned, but not every binding was seen on its path by a probe (and
+    the operator did not choose predicted ports): the hash model is not the network."""
 
 
 def placement_spec(record: JobRecord) -> JobSpec:
@@ -129,16 +132,31 @@ class JobEntry:
     reason: str = ""
     control: ControlMode = ControlMode.ACTIVE
     """The control mode of the last committed plan (what the job's streams show)."""
+    verified: int = 0
+    """QPs whose binding (in force, or planned for a shadow job) a probe saw on its path."""
+    unverified: int = 0
+    """QPs bound on the hash model's or the table's word only."""
+    predicted: bool = False
+    """The operator chose predicted ports (``ports.mode: predicted``): the model's word is
+    what was asked for, so an unverified binding still counts as installed."""
 
     @property
     def state(self) -> IntentState:
+        """Honest states: ``INSTALLED`` means every QP bound as planned *and* either seen on
+        its path by a probe or bound in the predicted mode the operator chose; bound but not
+        all seen is ``BOUND_UNVERIFIED`` (a lab once showed 27 of 32 predicted ports off plan
+        under a job that said installed)."""
         if self.failed:
             return IntentState.FAILED
         if not self.communicators:
             return IntentState.REGISTERED
         if self.planned_revision < self.record.revision:
             return IntentState.INSTALL_REQ
-        return IntentState.DEGRADED if self.issues else IntentState.INSTALLED
+        if self.issues:
+            return IntentState.DEGRADED
+        if self.unverified and not self.predicted:
+            return IntentState.BOUND_UNVERIFIED
+        return IntentState.INSTALLED
 
     @property
     def flows(self) -> int:
@@ -229,8 +247,11 @@ class ControllerState:
         now: float,
         tombstone_horizon: int = 1000,
         rollout: RolloutSettings | None = None,
+        predicted_ports: bool = False,
     ) -> None:
         self.lock = threading.RLock()
+        self.predicted_ports = predicted_ports
+        """The operator chose ``ports.mode: predicted`` (see :attr:`JobEntry.predicted`)."""
         self.rollout = rollout or RolloutSettings()
         self.rollback: RollbackRecord | None = stored.rollback
         self.shadow: dict[str, dict[QpKey, HeldBinding]] = {}
@@ -275,9 +296,18 @@ class ControllerState:
             entry.planned_revision = min(planned.get(job_id, 0), record.revision)
             self.jobs[job_id] = entry
             entry.control = self._restored_mode(stored, job_id)
+            self._count_verified(job_id)
         for job_id, held in self.held.items():
             for h in held.values():
                 self._index(job_id, h, +1)
+
+    def _count_verified(self, job_id: str) -> None:
+        """The job's verified / unverified QPs, from what it holds (shadow: what it would)."""
+        entry = self.jobs[job_id]
+        held = self.shadow.get(job_id) or self.held.get(job_id, {})
+        entry.verified = sum(h.binding.verified for h in held.values())
+        entry.unverified = len(held) - entry.verified
+        entry.predicted = self.predicted_ports
 
     # -- control modes ---------------------------------------------------------------------------
 
@@ -603,6 +633,7 @@ class ControllerState:
                     self.shadow[job] = dict(draft.shadow.get(job, {}))
                 else:
                     self.shadow.pop(job, None)
+                self._count_verified(job)
                 if job in changed:
                     entry.event_epoch = epoch
                     entry.reason = decision.reason

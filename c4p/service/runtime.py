@@ -145,6 +145,7 @@ class ServiceRuntime:
             clock(),
             config.store.tombstone_horizon,
             config.rollout,
+            predicted_ports=config.ports.mode is PortMode.PREDICTED,
         )
         self.metrics = Metrics()
         # Host agents and port modes (learned / verified / predicted): see c4p.controller.learning.
