@@ -12,7 +12,9 @@ The step, in order:
    makes a restart zero-churn, and a burst of identical intents cost nothing.
 2. ``solver.plan`` on the snapshot, with the previous plan (moves as few flows as possible).
 3. ``southbound.bindings_for_paths`` with the bindings in force as ``previous`` (a QP whose path
-   did not change keeps its port).
+   did not change keeps its port). Ports are found on the fabric the *switches* forward on
+   (:meth:`Reconciler.snapshot`): an operator drain takes a link from the planner, not from any
+   ECMP group, so it rewrites no port whose path stays and puts no port onto the drained link.
 4. Per job: added or changed bindings (pushed) and removed ones (tombstoned). A change of path
    under the same port (an ECMP group shrank, so the port now hashes elsewhere) is pushed too,
    so clients' telemetry stays true, but the client calls its plugin back only when the port or
@@ -47,6 +49,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pydantic import Field
 
@@ -182,7 +185,7 @@ class Reconciler:
         self._ports_for = ports or PredictedPorts
         self._quarantine: dict[tuple[str, int, int], str] = {}
         """(job, incarnation, revision) -> why its intents cannot be planned (until they change)."""
-        self._snapshot_key: tuple[tuple[int, LinkStatus], ...] | None = None
+        self._snapshot_key: tuple[Any, ...] | None = None
         self._snapshot = state.fabric
         self._ports: PortSource | None = None
         self._ecmp: dict[str, tuple[int, ...]] = {}
@@ -192,18 +195,36 @@ class Reconciler:
             held = {job: dict(b) for job, b in state.held.items()}
         self._previous = previous_plan(state.fabric, on_fabric(state.fabric, held))
 
-    def snapshot(self, status: dict[int, LinkStatus]) -> tuple[Fabric, PortSource]:
-        """The fabric with ``status`` applied (others as in the file), and its port source;
-        both cached while the statuses stay the same."""
+    def _applied(self, status: dict[int, LinkStatus]) -> tuple[Fabric, tuple[Any, ...]]:
+        """The fabric with ``status`` applied (others up), and its cache key."""
         base = self.state.fabric
         changes = {i: LinkStatus.UP for i, link in enumerate(base.links) if not link.usable}
         changes.update(status)
         changes = {i: s for i, s in changes.items() if base.links[i].status is not s}
         key = tuple(sorted(changes.items()))
-        if key != self._snapshot_key or self._ports is None:
-            self._snapshot = base.with_link_status(changes) if changes else base
-            self._ports = self._ports_for(self._snapshot)
-            self._snapshot_key = key
+        return (base.with_link_status(changes) if changes else base), key
+
+    def snapshot(
+        self, status: dict[int, LinkStatus], forwarding: dict[int, LinkStatus] | None = None
+    ) -> tuple[Fabric, PortSource]:
+        """The fabric the planner sees (``status`` applied: drains, faults, held links), and
+        the port source of the fabric the *switches* forward on (``forwarding``: only what they
+        left out of their groups; default ``status``); both cached while the statuses stay.
+
+        Two snapshots because an operator drain removes a link from the planner's choices,
+        not from any ECMP group: ports predicted on the drained snapshot would hash over a
+        group the switch does not have (issue 30: 35 unchanged QPs re-ported, 13 onto the
+        drained link)."""
+        planning, key = self._applied(status)
+        forward_key = key
+        if forwarding is not None:
+            forward_key = self._applied(forwarding)[1]
+        both = (key, forward_key)
+        if both != self._snapshot_key or self._ports is None:
+            self._snapshot = planning
+            switches = planning if forward_key == key else self._applied(forwarding or {})[0]
+            self._ports = self._ports_for(switches)
+            self._snapshot_key = both
             self._ecmp = {}
         return self._snapshot, self._ports
 
@@ -381,7 +402,7 @@ class Reconciler:
     def _draft(
         self, inputs: PlanInputs, base: DecisionRecord, epoch: int, budget: float | None = None
     ) -> tuple[StepDraft, Plan | None]:
-        snapshot, ports = self.snapshot(inputs.link_status)
+        snapshot, ports = self.snapshot(inputs.link_status, inputs.forwarding)
         specs = tuple(
             j.spec
             for j in inputs.jobs

@@ -200,6 +200,10 @@ class PlanInputs:
     """Set on the step that swapped a new fabric snapshot in (see :meth:`swap_fabric`)."""
     unplaced: dict[str, str] = field(default_factory=dict)
     """Jobs whose NICs the fabric in force lacks (after a swap): left out, bindings kept."""
+    forwarding: dict[int, LinkStatus] | None = None
+    """The links the *switches* do not forward over (observed down or drained on the switch),
+    without operator drains or hold-downs: what the hash model forwards with. ``None``: as
+    ``link_status``. See :meth:`ControllerState.forwarding_links`."""
 
 
 @dataclass(frozen=True)
@@ -469,6 +473,19 @@ class ControllerState:
                 status[link] = LinkStatus.DRAINED
             return status
 
+    def forwarding_links(self) -> dict[int, LinkStatus]:
+        """The links the switches themselves leave out of their ECMP groups: observed (or
+        declared) not up. An operator drain (``DrainLink``) is a planning decision: the switch
+        still hashes over the link, so port synthesis must too, or the ports of QPs whose paths
+        did not change get rewritten and some land on the drained link (issue 30). A link held
+        down by flap damping is back in the switch's group as well."""
+        with self.lock:
+            return {
+                link: h.observed
+                for link, h in self.tracker.histories().items()
+                if h.observed is not LinkStatus.UP
+            }
+
     def next_link_change(self, now: float) -> float | None:
         """When a held link (observed or operator-restored) becomes usable next."""
         with self.lock:
@@ -508,6 +525,7 @@ class ControllerState:
                 shadow={job: dict(b) for job, b in self.shadow.items()},
                 rewiring=rewiring,
                 unplaced={j: r for j, r in self.unplaced.items() if j in self.jobs},
+                forwarding=self.forwarding_links(),
             )
 
     # -- wiring changes (a new fabric snapshot while serving) ------------------------------------
