@@ -31,7 +31,7 @@ from c4p.errors import C4pError
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-    from c4p.client import AdminClient
+    from c4p.client import AdminClient, ClientTls
 
 admin_app = typer.Typer(
     help="Operate a running controller: jobs, plan, decisions, drain, restore, replan, watch.",
@@ -73,6 +73,22 @@ def admin_token(token_file: Path | None) -> str:
     return text
 
 
+def client_tls(
+    ca_file: Path | None, cert_file: Path | None, key_file: Path | None, server_name: str | None
+) -> ClientTls | None:
+    """The TLS options every command that dials the controller takes (``None``: plaintext);
+    an incomplete set is one line and exit 2."""
+    from c4p.client import ClientTls
+
+    if (cert_file is None) != (key_file is None):
+        fail("--cert-file and --key-file go together (mTLS)")
+    if cert_file is not None and ca_file is None:
+        fail("mTLS needs --ca-file too")
+    if ca_file is None:
+        return None
+    return ClientTls(ca_file, cert_file, key_file, server_name)
+
+
 @contextmanager
 def connected(
     address: str,
@@ -85,15 +101,9 @@ def connected(
     """An admin client; refusals become one line and exit 2, an unreachable controller 1."""
     import grpc
 
-    from c4p.client import AdminClient, ApiError, ClientTls
+    from c4p.client import AdminClient, ApiError
 
-    if (cert_file is None) != (key_file is None):
-        fail("--cert-file and --key-file go together (mTLS)")
-    if cert_file is not None and ca_file is None:
-        fail("mTLS needs --ca-file too")
-    tls = None
-    if ca_file is not None:
-        tls = ClientTls(ca_file, cert_file, key_file, server_name)
+    tls = client_tls(ca_file, cert_file, key_file, server_name)
     token = guarded(lambda: admin_token(token_file))
     client = AdminClient(address, token, tls=tls, timeout=30.0, wait_for_ready=False)
     try:
