@@ -10,7 +10,9 @@ The step, in order:
    (operator drains, observed faults, held flapping links), the bindings in force. If nothing
    changed since the last epoch (same fingerprint) and no key forces a plan, stop: this is what
    makes a restart zero-churn, and a burst of identical intents cost nothing.
-2. ``solver.plan`` on the snapshot, with the previous plan (moves as few flows as possible).
+2. ``solver.plan`` on the snapshot, with the previous plan (moves as few flows as possible);
+   on fabrics with multi-port NICs each job's QPs are first spread over its NICs' ports and
+   planes (``southbound.balance.balance_jobs``; ``planner.balance_ports: false`` turns it off).
 3. ``southbound.bindings_for_paths`` with the bindings in force as ``previous`` (a QP whose path
    did not change keeps its port). Ports are found on the fabric the *switches* forward on
    (:meth:`Reconciler.snapshot`): an operator drain takes a link from the planner, not from any
@@ -75,6 +77,7 @@ from solver.patterns import derive_workload
 from solver.planner import STRATEGIES, plan
 from solver.plans import PlanFile, PlannedFlow
 from solver.result import Plan
+from southbound.balance import balance_jobs
 from southbound.bindings import (
     Binding,
     BindingIssue,
@@ -102,6 +105,12 @@ class PlannerSettings(Frozen):
     seed: int = Field(default=0, ge=0, description="Seed of the solver (plans are repeatable).")
     strategy: str = Field(default="auto", description=f"One of {', '.join(STRATEGIES[:-1])}.")
     predict: bool = Field(default=True, description="Predict each job's bus bandwidth.")
+    balance_ports: bool = Field(
+        default=True,
+        description="Dual-port / dual-plane NICs: spread each job's QPs over its NICs' ports "
+        "(planes) before planning (southbound.balance); false: the ports the flow derivation "
+        "gives (QP g on port g mod ports).",
+    )
 
     def model_post_init(self, _: object) -> None:
         if self.strategy not in STRATEGIES or self.strategy == "ecmp":
@@ -420,6 +429,9 @@ class Reconciler:
         if specs:
             workload = derive_workload(snapshot, JobsFile(jobs=specs))
             s = self.settings
+            if s.balance_ports:  # a job's ranks all on port 0 would leave plane 1 idle
+                flows, _ = balance_jobs(snapshot, workload.flows)
+                workload = replace(workload, flows=tuple(flows))
             result = plan(
                 snapshot,
                 workload,
