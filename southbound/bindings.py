@@ -112,6 +112,7 @@ class IssueKind(StrEnum):
     MISMATCH = "mismatch"  # a probe saw the port take another path than predicted
     BLACK_HOLE = "black-hole"  # a probe of the port was answered "unreachable" on the way
     PREDICTED = "predicted"  # no agent on the host: the port is the model's, not seen
+    DEVIATION = "deviation"  # switch counters disagree with the plan on a link this QP may use
 
 
 class BindingIssue(Frozen):

@@ -153,6 +153,7 @@ _ISSUE_KIND = {
     IssueKind.MISMATCH: pb.BindingIssue.KIND_MISMATCH,
     IssueKind.BLACK_HOLE: pb.BindingIssue.KIND_BLACK_HOLE,
     IssueKind.PREDICTED: pb.BindingIssue.KIND_PREDICTED,
+    IssueKind.DEVIATION: pb.BindingIssue.KIND_DEVIATION,
 }
 
 

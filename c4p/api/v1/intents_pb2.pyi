@@ -203,12 +203,14 @@ class BindingIssue(_message.Message):
         KIND_MISMATCH: _ClassVar[BindingIssue.Kind]
         KIND_BLACK_HOLE: _ClassVar[BindingIssue.Kind]
         KIND_PREDICTED: _ClassVar[BindingIssue.Kind]
+        KIND_DEVIATION: _ClassVar[BindingIssue.Kind]
     KIND_UNSPECIFIED: BindingIssue.Kind
     KIND_FALLBACK: BindingIssue.Kind
     KIND_UNBOUND: BindingIssue.Kind
     KIND_MISMATCH: BindingIssue.Kind
     KIND_BLACK_HOLE: BindingIssue.Kind
     KIND_PREDICTED: BindingIssue.Kind
+    KIND_DEVIATION: BindingIssue.Kind
     QP_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
