@@ -149,3 +149,46 @@ def test_noise_below_the_tolerance_and_links_without_counters_are_quiet() -> Non
     assert find_deviations(FABRIC, held, noisy, DeviationSettings(tolerance=0.03)) != []
     # No counters at all (no gNMI): nothing is known, nothing is claimed.
     assert find_deviations(FABRIC, held, {}, DeviationSettings()) == []
+
+
+def test_a_port_the_counters_contradict_is_distrusted_and_probed_again() -> None:
+    """What the service does with learned/verified ports and a deviation: the likely QPs'
+    table entries are distrusted, so the next step asks for probes of that NIC pair (and only
+    it) before binding it again, from what the probes see."""
+    from test_learning import FABRIC as SMALL
+    from test_learning import PORTS, Recording, _learner, _routes
+
+    from c4p.testing.network import realized_path
+    from southbound.bindings import bindings_for_paths
+    from southbound.probing import ModeledProber
+
+    network = hidden_hash_network(SMALL)
+    prober = Recording(ModeledProber(network))
+    learner = _learner()
+    routes = _routes([(PORTS[0], PORTS[1]), (PORTS[2], PORTS[3])])
+    bindings_for_paths(SMALL, routes, 1, source=learner.source(SMALL))
+    learner.probe(learner.take_wants(), prober)
+    learner.answered()
+    bound = bindings_for_paths(SMALL, routes, 2, source=learner.source(SMALL))
+    assert len(bound.bindings) == 2
+    b = bound.bindings[0]
+    index = SMALL.index
+    exact = (index.node(b.src), index.node(b.dst), b.sport)
+    assert learner.suspect([exact]) == 1
+    assert learner.suspect([exact]) == 0  # already distrusted
+    again = bindings_for_paths(SMALL, routes, 3, source=learner.source(SMALL), previous=bound)
+    other = bound.bindings[1]  # the other QP keeps its port
+    assert (other.key, other.sport) in {(x.key, x.sport) for x in again.bindings}
+    moved = [x for x in again.bindings if x.key == b.key]
+    if moved:  # re-bound at once from another port the probes saw take the path
+        assert moved[0].sport != b.sport
+    else:  # held back until that NIC pair (and only it) is probed again
+        wants = learner.take_wants()
+        assert {k[:2] for k in wants.cover} == {exact[:2]} or wants.exact
+        learner.probe(wants, prober)
+        learner.answered()
+    final = bindings_for_paths(SMALL, routes, 4, source=learner.source(SMALL), previous=again)
+    assert len(final.bindings) == 2
+    assert next(x for x in final.bindings if x.key == b.key).sport != b.sport
+    for x in final.bindings:
+        assert realized_path(network, x.src, x.dst, x.sport) == x.path

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -203,6 +204,34 @@ class Reconciler:
         with state.lock:
             held = {job: dict(b) for job, b in state.held.items()}
         self._previous = previous_plan(state.fabric, on_fabric(state.fabric, held))
+        self._deviations: dict[str, tuple[BindingIssue, ...]] = {}
+        """Per job, ``deviation`` issues from the last counter check (:meth:`set_deviations`)."""
+        self._deviations_lock = threading.Lock()
+
+    def set_deviations(self, issues: dict[str, list[BindingIssue]]) -> bool:
+        """The last counter check's issues (:mod:`c4p.controller.deviation`), shown from the
+        next step on; ``True`` when they differ from the previous check's (then a step is due).
+        """
+        fresh = {job: tuple(found) for job, found in issues.items() if found}
+        with self._deviations_lock:
+            changed = fresh != self._deviations
+            self._deviations = fresh
+        return changed
+
+    def _deviation_issues(self, inputs: PlanInputs, diff: _Diff) -> dict[str, list[BindingIssue]]:
+        """The counter check's issues of QPs whose binding this step keeps as it is (a QP
+        bound anew is judged afresh by the next check)."""
+        with self._deviations_lock:
+            found = dict(self._deviations)
+        out: dict[str, list[BindingIssue]] = {}
+        for job, issues in found.items():
+            held = inputs.held.get(job, {})
+            for i in issues:
+                key = (i.job, i.communicator, i.connection, i.qp)
+                old, new = held.get(key), diff.bound.get(key)
+                if old is not None and new is not None and _unchanged(old, new):
+                    out.setdefault(job, []).append(i)
+        return out
 
     def _applied(self, status: dict[int, LinkStatus]) -> tuple[Fabric, tuple[Any, ...]]:
         """The fabric with ``status`` applied (others up), and its cache key."""
@@ -458,6 +487,8 @@ class Reconciler:
             for issue in bset.issues:
                 issues_by_job.setdefault(issue.job, []).append(issue)
         draft = self._diff(inputs, workload, bound, epoch)
+        for job, found in self._deviation_issues(inputs, draft).items():
+            issues_by_job.setdefault(job, []).extend(found)
         predictions: dict[str, JobPredictionRecord] = {}
         hottest: tuple[str, ...] = ()
         over: tuple[int, int] = (0, 0)
