@@ -126,9 +126,17 @@ class Deviation:
         what = "traffic the plan does not put there" if self.kind is DeviationKind.UNPLANNED \
             else "planned traffic missing"  # fmt: skip
         return (
-            f"link {self.link_id} ({self.direction}): counters {self.observed_bps / 1e9:.2f} "
-            f"Gb/s, plan {self.planned_bps / 1e9:.2f} Gb/s ({gap:+.0%} of line rate): {what}"
+            f"link {self.link_id} ({self.direction}): counters {_rate(self.observed_bps)}, "
+            f"plan {_rate(self.planned_bps)} ({gap:+.2g} of line rate): {what}"
         )
+
+
+def _rate(bps: float) -> str:
+    """A rate in the unit that shows it (a lab's veth carries Mb/s, a fabric Gb/s)."""
+    for unit, scale in (("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
+        if abs(bps) >= scale:
+            return f"{bps / scale:.3g} {unit}"
+    return f"{bps:.3g} b/s"
 
 
 def _observed(load: LoadLike | None, resource: int) -> float | None:

@@ -11,7 +11,9 @@ are probed again and re-bound from what the probes see. A QP is suspected at mos
 ``4 * settle_s``, so noisy counters cannot keep the agents probing.
 
 The check waits ``settle_s`` after any plan that changed bindings: the transports apply them,
-and the counters average over their own interval.
+and the counters average over their own interval. It compares the *mean* of the loads read every
+second since the last comparison, not one reading: one SAMPLE rate covers one sampling interval
+of one switch, and bursts or unaligned samples on two switches would look like a deviation.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from c4p.controller.deviation import (
@@ -36,6 +39,16 @@ from southbound.routes import QpKey
 from topology.errors import TopologyError
 
 log = logging.getLogger("c4p.counters")
+
+
+SAMPLE_S = 1.0
+"""How often the check reads the fleet's link loads into the window it averages."""
+
+
+@dataclass(frozen=True)
+class _Mean:
+    utilization_ab: float | None
+    utilization_ba: float | None
 
 
 class LoadSource(Protocol):
@@ -67,6 +80,7 @@ class CounterCheck:
         self._suspected: dict[QpKey, float] = {}
         self._changed_at = -1e18
         self._epoch = -1
+        self._window: dict[str, tuple[float, float, int]] = {}
 
     def plan_changed(self, epoch: int, bindings_changed: bool) -> None:
         """A step committed (the runtime's after-step hook): start the settle time."""
@@ -74,12 +88,34 @@ class CounterCheck:
             self._epoch = epoch
             self._changed_at = self.clock()
 
+    def observe(self) -> None:
+        """Add one reading of the link loads to the window the next :meth:`check` averages
+        (a SAMPLE rate spans one sampling interval; the sum over a window smooths bursts and
+        the switches' unaligned sampling)."""
+        for link, load in self.loads.link_loads().items():
+            ab, ba, n = self._window.get(link, (0.0, 0.0, 0))
+            self._window[link] = (
+                ab + (load.utilization_ab or 0.0),
+                ba + (load.utilization_ba or 0.0),
+                n + 1,
+            )
+
+    def averaged(self) -> dict[str, LoadLike]:
+        """The window's mean utilization per link (one reading now when the window is empty);
+        the window starts afresh."""
+        if not self._window:
+            self.observe()
+        window, self._window = self._window, {}
+        return {link: _Mean(ab / n, ba / n) for link, (ab, ba, n) in window.items() if n}
+
     def check(self) -> list[Deviation] | None:
-        """One comparison; ``None`` while settling after a plan that changed bindings."""
+        """One comparison over the window's mean loads; ``None`` while settling after a plan
+        that changed bindings (the window is dropped: it saw the old bindings)."""
         now = self.clock()
         if now - self._changed_at < self.settings.settle_s:
+            self._window = {}
             return None
-        loads = self.loads.link_loads()
+        loads = self.averaged()
         with self.state.lock:
             fabric = self.state.fabric
             bindings = [h.binding for held in self.state.held.values() for h in held.values()]
@@ -129,9 +165,13 @@ class CounterCheck:
         """Check every ``every_s`` until ``stopping`` is set (a daemon thread)."""
 
         def run() -> None:
-            while not stopping.wait(self.settings.every_s):
+            due = self.clock() + self.settings.every_s
+            while not stopping.wait(min(SAMPLE_S, self.settings.every_s)):
                 try:
-                    self.check()
+                    self.observe()
+                    if self.clock() >= due:
+                        due = self.clock() + self.settings.every_s
+                        self.check()
                 except Exception as exc:  # a bad round must not end the service
                     log.warning("counter check failed: %s", exc, extra={"event": "deviation"})
 
