@@ -27,6 +27,7 @@ from typing import Literal, Self, TypeVar
 
 from pydantic import Field, ValidationError, model_validator
 
+from c4p.controller.deviation import DeviationSettings
 from c4p.controller.intake import IntakeLimits
 from c4p.controller.learning import PortMode, PortsSettings
 from c4p.controller.loop import LoopSettings
@@ -294,6 +295,7 @@ class ServeConfig(Strict):
     stream_check_s: float = Field(default=5.0, gt=0, le=300)
     agents: AgentsConfig = AgentsConfig()
     ports: PortsSettings = PortsSettings()
+    deviation: DeviationSettings = DeviationSettings()
 
     @property
     def port_mode(self) -> PortMode:

@@ -12,7 +12,15 @@ Depends on :mod:`topology` only. The path from a plan to the wire:
 * :func:`balance_ports` spreads QPs over dual-port NICs before planning.
 """
 
-from southbound.balance import BalanceResult, balance_ports, port_spread, rebalanced
+from southbound.balance import (
+    BalanceResult,
+    JobsBalance,
+    balance_jobs,
+    balance_ports,
+    multi_ported,
+    port_spread,
+    rebalanced,
+)
 from southbound.bindings import (
     Binding,
     BindingDiff,
@@ -49,6 +57,7 @@ from southbound.routes import (
 from southbound.verify import Mismatch, VerifyReport, realized_paths, verify
 
 __all__ = [
+    "JobsBalance",
     "AddressBook",
     "BalanceResult",
     "Binding",
@@ -81,6 +90,7 @@ __all__ = [
     "TableKey",
     "Trace",
     "VerifyReport",
+    "balance_jobs",
     "balance_ports",
     "bindings_for_paths",
     "detect_scope",
@@ -90,6 +100,7 @@ __all__ = [
     "port_source",
     "port_spread",
     "realized_paths",
+    "multi_ported",
     "rebalanced",
     "round_robin_paths",
     "routes_from_flows",

@@ -174,3 +174,45 @@ def rebalanced(fabric: Fabric, flows: Sequence[F]) -> list[F]:
         replaced: Any = flow if same else dataclasses.replace(flow, src=src, dst=dst)  # type: ignore[type-var]
         out.append(replaced)
     return out
+
+
+def multi_ported(fabric: Fabric) -> bool:
+    """True when some NIC has more than one port (dual-port or dual-plane): only then is
+    there a choice to balance."""
+    return any(len(nic.ports) > 1 for host in fabric.hosts for nic in host.nics)
+
+
+@dataclass(frozen=True)
+class JobsBalance:
+    """What balancing changed: QPs moved to other ports, the port spread before and after."""
+
+    moved: int
+    spread_before: float
+    spread_after: float
+
+
+def balance_jobs(fabric: Fabric, flows: Sequence[F]) -> tuple[list[F], JobsBalance]:
+    """:func:`rebalanced`, one job at a time: what the product calls (``c4p plan``, the
+    controller's reconcile step) on fabrics with multi-port NICs.
+
+    Why per job: jobs share no NIC, so their port loads are independent, and balancing each
+    job alone keeps a job's ports a function of its own flows (and the links' states): a job
+    that registers, changes or leaves never moves another job's QPs to other ports (the plane
+    tie-break of :func:`balance_ports` would otherwise see every job's load)."""
+    if not flows or not multi_ported(fabric):
+        same = list(flows)
+        return same, JobsBalance(0, 0.0, 0.0)
+    by_job: dict[str, list[int]] = {}
+    for i, f in enumerate(flows):
+        by_job.setdefault(f.job, []).append(i)
+    out: list[F] = list(flows)
+    for members in by_job.values():
+        for i, flow in zip(members, rebalanced(fabric, [flows[i] for i in members]), strict=True):
+            out[i] = flow
+    rates = [f.rate for f in flows]
+    moved = sum((a.src, a.dst) != (b.src, b.dst) for a, b in zip(flows, out, strict=True))
+    return out, JobsBalance(
+        moved=moved,
+        spread_before=port_spread(fabric, [(f.src, f.dst) for f in flows], rates),
+        spread_after=port_spread(fabric, [(f.src, f.dst) for f in out], rates),
+    )

@@ -113,6 +113,7 @@ class IssueKind(StrEnum):
     BLACK_HOLE = "black-hole"  # a probe of the port was answered "unreachable" on the way
     PREDICTED = "predicted"  # no agent on the host: the port is the model's, not seen
     UNSTABLE = "unstable"  # probes of a port disagreed on its path: the port is not used
+    DEVIATION = "deviation"  # switch counters disagree with the plan on a link this QP may use
 
 
 class BindingIssue(Frozen):
@@ -326,7 +327,7 @@ def bindings_for_paths(
             continue
         for k, qp in enumerate(groups[key]):
             qp.sport, qp.bound = ports[k % len(ports)], qp.middle
-    _fall_back([qp for qp in qps if qp.bound is None and qp.src >= 0], source)
+    _fall_back([qp for qp in qps if qp.bound is None and qp.src >= 0], source, fabric)
     return _assemble(fabric, qps, epoch, mode)
 
 
@@ -357,13 +358,20 @@ def _keep_previous(
             qp.sport, qp.bound = sport, middle
 
 
-def _fall_back(qps: list[_Qp], source: PortSource) -> None:
-    """Bind QPs without a port for their plan to the nearest path some port takes."""
+def _fall_back(qps: list[_Qp], source: PortSource, fabric: Fabric) -> None:
+    """Bind QPs without a port for their plan to the nearest path some port takes, among the
+    paths ``fabric`` may use: the source may forward on the switches' groups, which still hold
+    a link an operator drained (see :meth:`c4p.controller.reconcile.Reconciler.snapshot`)."""
+    usable = fabric.index.res_usable
     used: dict[tuple[int, int, Middle], int] = {}
     for qp in qps:
         if qp.problem.startswith("unbound"):
             continue
-        known = source.alternatives(qp.src, qp.dst)
+        known = {
+            m: ports
+            for m, ports in source.alternatives(qp.src, qp.dst).items()
+            if all(usable[r] for r in m)
+        }
         choice = nearest_middle(qp.middle or (), known)
         if choice is None:
             qp.problem = f"unbound: {qp.problem}; no port is known to take any path"

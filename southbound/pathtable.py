@@ -337,6 +337,17 @@ class PathTable:
         state.unstable.discard(sport)  # a group change explains a disagreement: learn anew
         entry.stale, entry.agreeing, entry.unstable = True, 0, None
 
+    def make_stale(self, key: TableKey, sport: int) -> bool:
+        """Distrust one entry (something other than a probe contradicted it, e.g. the
+        switches' counters): it binds nothing until a probe sees it again. ``False`` when the
+        table holds no such entry."""
+        state = self._keys.get(key)
+        entry = state.entries.get(sport) if state is not None else None
+        if state is None or entry is None or entry.stale:
+            return False
+        self._make_stale(state, sport, entry)
+        return True
+
     def record_many(self, traces: Iterable[Trace]) -> Counter[Outcome]:
         return Counter(self.record(t) for t in traces)
 

@@ -48,6 +48,29 @@ def test_the_operator_cli_reads_and_changes_the_controller(tmp_path: Path) -> No
         assert "train" in admin(a, "jobs", "--token-file", str(token_file), token=None)
 
 
+def test_jobs_says_installed_on_the_models_word_only_when_predicted_was_chosen(
+    tmp_path: Path,
+) -> None:
+    """Issue 30: the state names how the ports were found (``c4p admin jobs``)."""
+    for ports, state, shown in [
+        ({}, "BOUND_UNVERIFIED", "bound_unverified"),
+        ({"mode": "predicted"}, "INSTALLED", "installed (predicted)"),
+    ]:
+        where = tmp_path / (ports.get("mode") or "default")
+        with serving(FABRIC, where, ports=ports) as service, clients(service.address) as (flow, _):
+            job = flow.register_job("train", hosts=HOSTS[:2])
+            job.submit([communicator("dp", qps_per_connection=2)])
+            a = service.address
+            admin(a, "replan", "--reason", "cli test")
+            listed = json.loads(admin(a, "jobs", "--json", "-"))["jobs"][0]
+            assert listed["state"] == f"INTENT_STATE_{state}"
+            assert listed["unverified"] == 8 and listed.get("verified", 0) == 0
+            assert listed.get("predicted", False) is (state == "INSTALLED")
+            env = {"C4P_ADMIN_TOKEN": ADMIN_TOKEN, "COLUMNS": "200"}
+            text = runner.invoke(app, ["admin", "jobs", "--address", a], env=env).output
+            assert shown in text and "0/8" in text
+
+
 @pytest.mark.parametrize(
     ("args", "token", "code", "says"),
     [

@@ -46,10 +46,15 @@ class Clock:
 class World:
     """State, store, intake and reconciler on one in-memory store, with a fake clock."""
 
-    def __init__(self, store: SqliteStore | None = None, ports: object = None) -> None:
+    def __init__(
+        self, store: SqliteStore | None = None, ports: object = None, predicted: bool = True
+    ) -> None:
         self.clock = Clock()
         self.store = store or SqliteStore(":memory:")
-        self.state = ControllerState(FABRIC, self.store.load(), FlapSettings(), self.clock())
+        # predicted: as if the operator chose ``ports.mode: predicted`` (the model's ports)
+        self.state = ControllerState(
+            FABRIC, self.store.load(), FlapSettings(), self.clock(), predicted_ports=predicted
+        )
         self.intake = Intake(self.state, self.store, IntakeLimits(), self.clock)
         self.reconciler = Reconciler(
             self.state,
@@ -147,6 +152,29 @@ def test_a_step_binds_and_a_second_step_with_nothing_new_does_nothing() -> None:
     assert w.step() is None and w.state.epoch == epoch
     quiet = w.state.update_since("a", 1, epoch)
     assert quiet is not None and quiet.empty and not quiet.full
+
+
+def test_bound_on_the_models_word_is_not_installed_unless_the_operator_chose_it() -> None:
+    """Honest states (issue 30): ports no probe saw are ``BOUND_UNVERIFIED`` with a count,
+    unless the operator chose predicted ports; then ``INSTALLED`` and marked predicted."""
+    w = World(predicted=False)
+    w.job("a", [0, 1])
+    w.step()
+    entry = w.state.jobs["a"]
+    assert entry.state is IntentState.BOUND_UNVERIFIED
+    assert (entry.verified, entry.unverified, entry.predicted) == (0, 8, False)
+    update = w.state.update_since("a", 1, 0)
+    assert update is not None and update.state is IntentState.BOUND_UNVERIFIED
+    chosen = World(predicted=True)
+    chosen.job("a", [0, 1])
+    chosen.step()
+    entry = chosen.state.jobs["a"]
+    assert entry.state is IntentState.INSTALLED
+    assert (entry.verified, entry.unverified, entry.predicted) == (0, 8, True)
+    # Counted again after a restart, from the bindings the store kept.
+    restarted = ControllerState(FABRIC, w.store.load(), FlapSettings(), w.clock())
+    again = restarted.jobs["a"]
+    assert again.state is IntentState.BOUND_UNVERIFIED and again.unverified == 8
 
 
 def test_a_drain_moves_only_the_job_that_crosses_it_and_the_diff_says_so() -> None:

@@ -157,6 +157,8 @@ def test_predicted_ports_are_never_marked_verified(tmp_path: Path) -> None:
         mirror, decisions, _ = run_job(service, HOSTS[:2], lambda m: len(m.bindings) == 8)
         assert not any(b.verified for b in mirror.bindings.values())
         assert decisions[0].bindings_verified == 0
+        # Predicted by default (nobody chose it): bound, never "installed" (issue 30).
+        assert mirror.state == pb.INTENT_STATE_BOUND_UNVERIFIED
         # The model's ports, in a network hashing otherwise, mostly miss (that is the point).
         assert off_path(network, mirror) > 0
 

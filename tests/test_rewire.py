@@ -47,7 +47,9 @@ class World:
     def __init__(self, fabric: Fabric = START, store: SqliteStore | None = None) -> None:
         self.now = 1000.0
         self.store = store or SqliteStore(":memory:")
-        self.state = ControllerState(fabric, self.store.load(), FlapSettings(), self.now)
+        self.state = ControllerState(
+            fabric, self.store.load(), FlapSettings(), self.now, predicted_ports=True
+        )
         self.intake = Intake(self.state, self.store, IntakeLimits(), lambda: self.now)
         self.reconciler = Reconciler(self.state, self.store, PlannerSettings(budget_s=1.0))
 

@@ -53,7 +53,9 @@ def test_a_job_registers_submits_and_receives_every_binding(tmp_path: Path) -> N
             assert again.revision == 1
             assert again.communicators[0].outcome == fi.CommunicatorStatus.OUTCOME_UNCHANGED
             info = admin.jobs("train").jobs[0]
-            assert info.state == pb.INTENT_STATE_INSTALLED and info.bound == 8
+            # No agent saw a port and nobody chose predicted ports: bound, not installed.
+            assert info.state == pb.INTENT_STATE_BOUND_UNVERIFIED and info.bound == 8
+            assert (info.verified, info.unverified, info.predicted) == (0, 8, False)
             assert info.tenant == "team-a" and info.streams == 1
             plan = admin.plan()
             assert plan.decision.flows == 8 and plan.decision.gap == 0.0
@@ -70,7 +72,7 @@ def test_bad_requests_name_the_field_and_change_nothing(tmp_path: Path) -> None:
         job.submit([communicator("dp", version=3)])
         # Let the controller plan what was accepted, so that "nothing changed" below compares
         # settled states rather than racing the reconcile loop.
-        assert wait_until(lambda: admin.jobs().jobs[0].state == pb.INTENT_STATE_INSTALLED)
+        assert wait_until(lambda: admin.jobs().jobs[0].state == pb.INTENT_STATE_BOUND_UNVERIFIED)
         before = admin.jobs()
         cases = [
             ([communicator("x", qps_per_connection=0)], "INVALID_ARGUMENT", "qps_per_connection"),

@@ -31,7 +31,7 @@ from c4p.errors import C4pError
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-    from c4p.client import AdminClient
+    from c4p.client import AdminClient, ClientTls
 
 admin_app = typer.Typer(
     help="Operate a running controller: jobs, plan, decisions, drain, restore, replan, watch.",
@@ -73,6 +73,22 @@ def admin_token(token_file: Path | None) -> str:
     return text
 
 
+def client_tls(
+    ca_file: Path | None, cert_file: Path | None, key_file: Path | None, server_name: str | None
+) -> ClientTls | None:
+    """The TLS options every command that dials the controller takes (``None``: plaintext);
+    an incomplete set is one line and exit 2."""
+    from c4p.client import ClientTls
+
+    if (cert_file is None) != (key_file is None):
+        fail("--cert-file and --key-file go together (mTLS)")
+    if cert_file is not None and ca_file is None:
+        fail("mTLS needs --ca-file too")
+    if ca_file is None:
+        return None
+    return ClientTls(ca_file, cert_file, key_file, server_name)
+
+
 @contextmanager
 def connected(
     address: str,
@@ -85,15 +101,9 @@ def connected(
     """An admin client; refusals become one line and exit 2, an unreachable controller 1."""
     import grpc
 
-    from c4p.client import AdminClient, ApiError, ClientTls
+    from c4p.client import AdminClient, ApiError
 
-    if (cert_file is None) != (key_file is None):
-        fail("--cert-file and --key-file go together (mTLS)")
-    if cert_file is not None and ca_file is None:
-        fail("mTLS needs --ca-file too")
-    tls = None
-    if ca_file is not None:
-        tls = ClientTls(ca_file, cert_file, key_file, server_name)
+    tls = client_tls(ca_file, cert_file, key_file, server_name)
     token = guarded(lambda: admin_token(token_file))
     client = AdminClient(address, token, tls=tls, timeout=30.0, wait_for_ready=False)
     try:
@@ -120,6 +130,15 @@ def _state(value: int) -> str:
     from c4p.api.v1 import intents_pb2 as pb
 
     return str(pb.IntentState.Name(value)).removeprefix("INTENT_STATE_").lower()
+
+
+def job_state_text(job: Any) -> str:
+    """A job's state as ``c4p admin jobs`` prints it: ``installed (predicted)`` when the
+    operator chose the hash model's word, so an installed job never hides how it got there."""
+    text = _state(job.state)
+    if job.predicted and text == "installed":
+        return f"{text} (predicted)"
+    return text
 
 
 def _decision_row(d: Any) -> list[str]:
@@ -184,18 +203,19 @@ def admin_jobs(
             [
                 j.job_id,
                 j.tenant,
-                _state(j.state),
+                job_state_text(j),
                 str(j.ranks),
                 str(j.flows),
                 str(j.bound),
+                f"{j.verified}/{j.verified + j.unverified}",
                 str(j.issues),
                 f"{j.planned_revision}/{j.intent_revision}",
                 f"{j.prediction.busbw_fraction:.0%}" if j.HasField("prediction") else "",
             ]
             for j in reply.jobs
         ]
-        columns = ["job", "tenant", "state", "ranks", "flows", "bound", "issues", "planned/rev",
-                   "busbw"]  # fmt: skip
+        columns = ["job", "tenant", "state", "ranks", "flows", "bound", "verified", "issues",
+                   "planned/rev", "busbw"]  # fmt: skip
         emit(
             json_path,
             as_dict(reply),

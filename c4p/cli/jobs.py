@@ -9,9 +9,10 @@ from typing import Annotated
 import typer
 
 from c4p import report
-from c4p.cli.common import JsonOption, console, emit, guarded
-from c4p.files import load_fabric, save_model
-from solver.jobs import Layout, Pattern
+from c4p.cli.admin import CaFile, CertFile, KeyFile, ServerName, client_tls
+from c4p.cli.common import JsonOption, check_number, console, emit, guarded
+from c4p.files import load_fabric, load_model, save_model
+from solver.jobs import JobsFile, Layout, Pattern
 from solver.patterns import derive_workload
 from solver.placement import JobsGenParams, PlacementMode, generate_jobs
 
@@ -24,7 +25,10 @@ class GenPattern(StrEnum):
     TREE = Pattern.TREE.value
 
 
-jobs_app = typer.Typer(help="Generate job (flow intent) files.", no_args_is_help=True)
+jobs_app = typer.Typer(
+    help="Generate job (flow intent) files; submit them to a running controller.",
+    no_args_is_help=True,
+)
 
 
 @jobs_app.command("generate")
@@ -76,3 +80,57 @@ def jobs_generate(
         emit(json_path, report.jobs_json(jobs, workload.flows), render)
 
     guarded(body)
+
+
+@jobs_app.command("submit")
+def jobs_submit(
+    jobs_path: Annotated[Path, typer.Argument(help="Jobs file (.yaml or .json).")],
+    controller: Annotated[
+        str, typer.Option("--controller", envvar="C4P_ADDRESS", help="The controller's host:port.")
+    ] = "127.0.0.1:50051",
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Wait until every QP is bound (and verified where "
+            "agents probe), printing progress.",
+        ),  # fmt: skip
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 300.0,
+    tenant: Annotated[str, typer.Option(help="Tenant of every job (rollout policy).")] = "",
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="File holding the registration credential (default: "
+            "$C4P_REGISTER_TOKEN; none on an open loopback controller)."
+        ),  # fmt: skip
+    ] = None,
+    tokens: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write each job's token here (JSON, mode 0600): release and watch need it."
+        ),  # fmt: skip
+    ] = None,
+    ca_file: CaFile = None,
+    cert_file: CertFile = None,
+    key_file: KeyFile = None,
+    server_name: ServerName = None,
+    json_path: JsonOption = None,
+) -> None:
+    """Register every job of a jobs file with a running controller and submit its intents.
+
+    Exit 0 when submitted (with --wait: when every QP is bound), 1 on a finding or the
+    timeout, 2 on bad input or a refusal."""
+    from rich.console import Console
+
+    from c4p.cli.submit import register_token, run
+
+    check = guarded(lambda: check_number("--timeout", timeout, 0.0, 86_400.0))
+    jobs = guarded(lambda: load_model(JobsFile, jobs_path))
+    token = guarded(lambda: register_token(token_file))
+    tls = client_tls(ca_file, cert_file, key_file, server_name)
+    out = Console(stderr=True) if str(json_path) == "-" else console
+    submitted, code = run(controller, jobs, tls, token, tenant, wait, check, tokens, out)
+    emit(json_path, {"jobs": [j.figures() for j in submitted]}, lambda: None)
+    if code:
+        raise typer.Exit(code=code)

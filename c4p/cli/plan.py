@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -32,6 +33,21 @@ from solver.problem import build_problem
 from solver.result import Plan
 from topology.errors import C4pError
 from topology.model import Fabric, LinkStatus
+
+if TYPE_CHECKING:
+    from solver.flows import Workload
+    from southbound.balance import JobsBalance
+
+
+def balance_workload(fabric: Fabric, workload: Workload) -> tuple[Workload, JobsBalance] | None:
+    """The workload with each job's QPs spread over its NICs' ports (``None``: no NIC has two
+    ports, nothing to balance); see :func:`southbound.balance.balance_jobs`."""
+    from southbound.balance import balance_jobs, multi_ported
+
+    if not multi_ported(fabric):
+        return None
+    flows, summary = balance_jobs(fabric, workload.flows)
+    return dataclasses.replace(workload, flows=tuple(flows)), summary
 
 
 def apply_link_changes(fabric: Fabric, fail: list[str], drain: list[str]) -> Fabric:
@@ -103,6 +119,13 @@ def plan_cmd(
             "(DIR/<job>/<host>.c4pb) for libc4p's static mode.",
         ),
     ] = None,
+    balance: Annotated[
+        bool,
+        typer.Option(
+            help="Dual-port / dual-plane NICs: spread each job's QPs over its NICs' ports "
+            "(planes) before planning; ECMP keeps the ports the jobs file gives.",
+        ),
+    ] = True,
     json_path: JsonOption = None,
     timings: Annotated[
         bool,
@@ -138,6 +161,10 @@ def plan_cmd(
                 jobs = model_from_data(JobsFile, jobs_data, jobs_path)
                 del jobs_data
                 workload = derive_workload(fabric, jobs, str(jobs_path))
+                ecmp_workload = workload  # what the kernel's own port choice gives
+                balanced = balance_workload(fabric, workload) if balance else None
+                if balanced is not None:
+                    workload = balanced[0]
         previous = None
         matching: dict[str, int] | None = None
         if previous_path is not None:
@@ -147,7 +174,7 @@ def plan_cmd(
                 previous = Plan.from_plan_file(before, fabric)
         with progress(f"planning {len(workload.flows):,} flows (budget {budget:g} s)"):
             with phase("ecmp"):
-                ecmp = ecmp_paths(fabric, workload.flows, seed=seed)
+                ecmp = ecmp_paths(fabric, ecmp_workload.flows, seed=seed)
             with phase("greedy"):
                 shared = build_problem(fabric, *flow_weights(workload))  # greedy's and c4p's
                 greedy = plan(fabric, workload, strategy="greedy", seed=seed, problem=shared)
@@ -162,7 +189,7 @@ def plan_cmd(
                 save_model(result.to_plan_file(), output)
         with progress("evaluating ECMP and the plan"), phase("evaluate"):
             evaluations = {
-                "ecmp": evaluate(fabric, workload, ecmp.paths),
+                "ecmp": evaluate(fabric, ecmp_workload, ecmp.paths),
                 "c4p": evaluate(fabric, workload, result.paths),
             }
         with phase("evaluate"):
@@ -172,6 +199,8 @@ def plan_cmd(
             data = report.plan_json(comparison)
         if matching is not None:
             data["previous"] = matching
+        if balanced is not None:
+            data["balance"] = dataclasses.asdict(balanced[1])
         check = None
         if bindings_path is not None or bindings_dir is not None:
             # Imported here: most plans write no bindings, and these modules are slow to load.

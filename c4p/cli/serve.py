@@ -28,6 +28,14 @@ def serve(
     check_only: Annotated[
         bool, typer.Option("--check", help="Validate the config and exit.")
     ] = False,
+    no_balance: Annotated[
+        bool,
+        typer.Option(
+            "--no-balance",
+            help="Do not spread QPs over dual-port / dual-plane NICs' ports (overrides "
+            "planner.balance_ports).",
+        ),
+    ] = False,
 ) -> None:
     """Serve the flow-intent and admin APIs until SIGINT/SIGTERM."""
     from c4p.cli.common import guarded
@@ -40,6 +48,9 @@ def serve(
         return load_config(config)
 
     settings = guarded(body)
+    if no_balance:
+        planner = settings.planner.model_copy(update={"balance_ports": False})
+        settings = settings.model_copy(update={"planner": planner})
     if check_only:
         typer.echo(f"{config}: ok")
         return

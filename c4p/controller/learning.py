@@ -194,6 +194,21 @@ class PortLearner:
         if finding not in found:
             found.append(finding)
 
+    def suspect(self, exacts: Sequence[Exact]) -> int:
+        """Ports the switches' counters contradict (:mod:`c4p.controller.deviation`): their
+        table entries are distrusted and their probe rounds counted afresh, so the next step
+        re-probes them (verified mode: exactly these ports; learned: the planned paths) and
+        re-binds what the probes show. Returns how many entries were distrusted."""
+        count = 0
+        with self.lock:
+            for src, dst, sport in exacts:
+                key = self.table.key_of(src, dst)
+                count += self.table.make_stale(key, sport)
+                self._sent.pop((src, dst, sport), None)
+                for want in [w for w in self._sent if isinstance(w, tuple) and w[:1] == (key,)]:
+                    del self._sent[want]
+        return count
+
     def black_hole(self, exact: Exact) -> str | None:
         return self._holes.get(exact)
 

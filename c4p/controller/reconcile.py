@@ -10,9 +10,13 @@ The step, in order:
    (operator drains, observed faults, held flapping links), the bindings in force. If nothing
    changed since the last epoch (same fingerprint) and no key forces a plan, stop: this is what
    makes a restart zero-churn, and a burst of identical intents cost nothing.
-2. ``solver.plan`` on the snapshot, with the previous plan (moves as few flows as possible).
+2. ``solver.plan`` on the snapshot, with the previous plan (moves as few flows as possible);
+   on fabrics with multi-port NICs each job's QPs are first spread over its NICs' ports and
+   planes (``southbound.balance.balance_jobs``; ``planner.balance_ports: false`` turns it off).
 3. ``southbound.bindings_for_paths`` with the bindings in force as ``previous`` (a QP whose path
-   did not change keeps its port).
+   did not change keeps its port). Ports are found on the fabric the *switches* forward on
+   (:meth:`Reconciler.snapshot`): an operator drain takes a link from the planner, not from any
+   ECMP group, so it rewrites no port whose path stays and puts no port onto the drained link.
 4. Per job: added or changed bindings (pushed) and removed ones (tombstoned). A change of path
    under the same port (an ECMP group shrank, so the port now hashes elsewhere) is pushed too,
    so clients' telemetry stays true, but the client calls its plugin back only when the port or
@@ -44,9 +48,11 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pydantic import Field
 
@@ -72,6 +78,7 @@ from solver.patterns import derive_workload
 from solver.planner import STRATEGIES, plan
 from solver.plans import PlanFile, PlannedFlow
 from solver.result import Plan
+from southbound.balance import balance_jobs
 from southbound.bindings import (
     Binding,
     BindingIssue,
@@ -99,6 +106,12 @@ class PlannerSettings(Frozen):
     seed: int = Field(default=0, ge=0, description="Seed of the solver (plans are repeatable).")
     strategy: str = Field(default="auto", description=f"One of {', '.join(STRATEGIES[:-1])}.")
     predict: bool = Field(default=True, description="Predict each job's bus bandwidth.")
+    balance_ports: bool = Field(
+        default=True,
+        description="Dual-port / dual-plane NICs: spread each job's QPs over its NICs' ports "
+        "(planes) before planning (southbound.balance); false: the ports the flow derivation "
+        "gives (QP g on port g mod ports).",
+    )
 
     def model_post_init(self, _: object) -> None:
         if self.strategy not in STRATEGIES or self.strategy == "ecmp":
@@ -182,7 +195,7 @@ class Reconciler:
         self._ports_for = ports or PredictedPorts
         self._quarantine: dict[tuple[str, int, int], str] = {}
         """(job, incarnation, revision) -> why its intents cannot be planned (until they change)."""
-        self._snapshot_key: tuple[tuple[int, LinkStatus], ...] | None = None
+        self._snapshot_key: tuple[Any, ...] | None = None
         self._snapshot = state.fabric
         self._ports: PortSource | None = None
         self._ecmp: dict[str, tuple[int, ...]] = {}
@@ -191,19 +204,65 @@ class Reconciler:
         with state.lock:
             held = {job: dict(b) for job, b in state.held.items()}
         self._previous = previous_plan(state.fabric, on_fabric(state.fabric, held))
+        self._deviations: dict[str, tuple[BindingIssue, ...]] = {}
+        """Per job, ``deviation`` issues from the last counter check (:meth:`set_deviations`)."""
+        self._deviations_lock = threading.Lock()
 
-    def snapshot(self, status: dict[int, LinkStatus]) -> tuple[Fabric, PortSource]:
-        """The fabric with ``status`` applied (others as in the file), and its port source;
-        both cached while the statuses stay the same."""
+    def set_deviations(self, issues: dict[str, list[BindingIssue]]) -> bool:
+        """The last counter check's issues (:mod:`c4p.controller.deviation`), shown from the
+        next step on; ``True`` when they differ from the previous check's (then a step is due).
+        """
+        fresh = {job: tuple(found) for job, found in issues.items() if found}
+        with self._deviations_lock:
+            changed = fresh != self._deviations
+            self._deviations = fresh
+        return changed
+
+    def _deviation_issues(self, inputs: PlanInputs, diff: _Diff) -> dict[str, list[BindingIssue]]:
+        """The counter check's issues of QPs whose binding this step keeps as it is (a QP
+        bound anew is judged afresh by the next check)."""
+        with self._deviations_lock:
+            found = dict(self._deviations)
+        out: dict[str, list[BindingIssue]] = {}
+        for job, issues in found.items():
+            held = inputs.held.get(job, {})
+            for i in issues:
+                key = (i.job, i.communicator, i.connection, i.qp)
+                old, new = held.get(key), diff.bound.get(key)
+                if old is not None and new is not None and _unchanged(old, new):
+                    out.setdefault(job, []).append(i)
+        return out
+
+    def _applied(self, status: dict[int, LinkStatus]) -> tuple[Fabric, tuple[Any, ...]]:
+        """The fabric with ``status`` applied (others up), and its cache key."""
         base = self.state.fabric
         changes = {i: LinkStatus.UP for i, link in enumerate(base.links) if not link.usable}
         changes.update(status)
         changes = {i: s for i, s in changes.items() if base.links[i].status is not s}
         key = tuple(sorted(changes.items()))
-        if key != self._snapshot_key or self._ports is None:
-            self._snapshot = base.with_link_status(changes) if changes else base
-            self._ports = self._ports_for(self._snapshot)
-            self._snapshot_key = key
+        return (base.with_link_status(changes) if changes else base), key
+
+    def snapshot(
+        self, status: dict[int, LinkStatus], forwarding: dict[int, LinkStatus] | None = None
+    ) -> tuple[Fabric, PortSource]:
+        """The fabric the planner sees (``status`` applied: drains, faults, held links), and
+        the port source of the fabric the *switches* forward on (``forwarding``: only what they
+        left out of their groups; default ``status``); both cached while the statuses stay.
+
+        Two snapshots because an operator drain removes a link from the planner's choices,
+        not from any ECMP group: ports predicted on the drained snapshot would hash over a
+        group the switch does not have (issue 30: 35 unchanged QPs re-ported, 13 onto the
+        drained link)."""
+        planning, key = self._applied(status)
+        forward_key = key
+        if forwarding is not None:
+            forward_key = self._applied(forwarding)[1]
+        both = (key, forward_key)
+        if both != self._snapshot_key or self._ports is None:
+            self._snapshot = planning
+            switches = planning if forward_key == key else self._applied(forwarding or {})[0]
+            self._ports = self._ports_for(switches)
+            self._snapshot_key = both
             self._ecmp = {}
         return self._snapshot, self._ports
 
@@ -381,7 +440,7 @@ class Reconciler:
     def _draft(
         self, inputs: PlanInputs, base: DecisionRecord, epoch: int, budget: float | None = None
     ) -> tuple[StepDraft, Plan | None]:
-        snapshot, ports = self.snapshot(inputs.link_status)
+        snapshot, ports = self.snapshot(inputs.link_status, inputs.forwarding)
         specs = tuple(
             j.spec
             for j in inputs.jobs
@@ -399,6 +458,9 @@ class Reconciler:
         if specs:
             workload = derive_workload(snapshot, JobsFile(jobs=specs))
             s = self.settings
+            if s.balance_ports:  # a job's ranks all on port 0 would leave plane 1 idle
+                flows, _ = balance_jobs(snapshot, workload.flows)
+                workload = replace(workload, flows=tuple(flows))
             result = plan(
                 snapshot,
                 workload,
@@ -425,6 +487,8 @@ class Reconciler:
             for issue in bset.issues:
                 issues_by_job.setdefault(issue.job, []).append(issue)
         draft = self._diff(inputs, workload, bound, epoch)
+        for job, found in self._deviation_issues(inputs, draft).items():
+            issues_by_job.setdefault(job, []).extend(found)
         predictions: dict[str, JobPredictionRecord] = {}
         hottest: tuple[str, ...] = ()
         over: tuple[int, int] = (0, 0)

@@ -83,6 +83,9 @@ class IntentState(StrEnum):
     DEGRADED = "degraded"
     FAILED = "failed"
     WITHDRAWN = "withdrawn"
+    BOUND_UNVERIFIED = "bound-unverified"
+    """Every QP bound as planned, but not every binding was seen on its path by a probe (and
+    the operator did not choose predicted ports): the hash model is not the network."""
 
 
 def placement_spec(record: JobRecord) -> JobSpec:
@@ -129,16 +132,31 @@ class JobEntry:
     reason: str = ""
     control: ControlMode = ControlMode.ACTIVE
     """The control mode of the last committed plan (what the job's streams show)."""
+    verified: int = 0
+    """QPs whose binding (in force, or planned for a shadow job) a probe saw on its path."""
+    unverified: int = 0
+    """QPs bound on the hash model's or the table's word only."""
+    predicted: bool = False
+    """The operator chose predicted ports (``ports.mode: predicted``): the model's word is
+    what was asked for, so an unverified binding still counts as installed."""
 
     @property
     def state(self) -> IntentState:
+        """Honest states: ``INSTALLED`` means every QP bound as planned *and* either seen on
+        its path by a probe or bound in the predicted mode the operator chose; bound but not
+        all seen is ``BOUND_UNVERIFIED`` (a lab once showed 27 of 32 predicted ports off plan
+        under a job that said installed)."""
         if self.failed:
             return IntentState.FAILED
         if not self.communicators:
             return IntentState.REGISTERED
         if self.planned_revision < self.record.revision:
             return IntentState.INSTALL_REQ
-        return IntentState.DEGRADED if self.issues else IntentState.INSTALLED
+        if self.issues:
+            return IntentState.DEGRADED
+        if self.unverified and not self.predicted:
+            return IntentState.BOUND_UNVERIFIED
+        return IntentState.INSTALLED
 
     @property
     def flows(self) -> int:
@@ -182,6 +200,10 @@ class PlanInputs:
     """Set on the step that swapped a new fabric snapshot in (see :meth:`swap_fabric`)."""
     unplaced: dict[str, str] = field(default_factory=dict)
     """Jobs whose NICs the fabric in force lacks (after a swap): left out, bindings kept."""
+    forwarding: dict[int, LinkStatus] | None = None
+    """The links the *switches* do not forward over (observed down or drained on the switch),
+    without operator drains or hold-downs: what the hash model forwards with. ``None``: as
+    ``link_status``. See :meth:`ControllerState.forwarding_links`."""
 
 
 @dataclass(frozen=True)
@@ -229,8 +251,11 @@ class ControllerState:
         now: float,
         tombstone_horizon: int = 1000,
         rollout: RolloutSettings | None = None,
+        predicted_ports: bool = False,
     ) -> None:
         self.lock = threading.RLock()
+        self.predicted_ports = predicted_ports
+        """The operator chose ``ports.mode: predicted`` (see :attr:`JobEntry.predicted`)."""
         self.rollout = rollout or RolloutSettings()
         self.rollback: RollbackRecord | None = stored.rollback
         self.shadow: dict[str, dict[QpKey, HeldBinding]] = {}
@@ -275,9 +300,18 @@ class ControllerState:
             entry.planned_revision = min(planned.get(job_id, 0), record.revision)
             self.jobs[job_id] = entry
             entry.control = self._restored_mode(stored, job_id)
+            self._count_verified(job_id)
         for job_id, held in self.held.items():
             for h in held.values():
                 self._index(job_id, h, +1)
+
+    def _count_verified(self, job_id: str) -> None:
+        """The job's verified / unverified QPs, from what it holds (shadow: what it would)."""
+        entry = self.jobs[job_id]
+        held = self.shadow.get(job_id) or self.held.get(job_id, {})
+        entry.verified = sum(h.binding.verified for h in held.values())
+        entry.unverified = len(held) - entry.verified
+        entry.predicted = self.predicted_ports
 
     # -- control modes ---------------------------------------------------------------------------
 
@@ -439,6 +473,19 @@ class ControllerState:
                 status[link] = LinkStatus.DRAINED
             return status
 
+    def forwarding_links(self) -> dict[int, LinkStatus]:
+        """The links the switches themselves leave out of their ECMP groups: observed (or
+        declared) not up. An operator drain (``DrainLink``) is a planning decision: the switch
+        still hashes over the link, so port synthesis must too, or the ports of QPs whose paths
+        did not change get rewritten and some land on the drained link (issue 30). A link held
+        down by flap damping is back in the switch's group as well."""
+        with self.lock:
+            return {
+                link: h.observed
+                for link, h in self.tracker.histories().items()
+                if h.observed is not LinkStatus.UP
+            }
+
     def next_link_change(self, now: float) -> float | None:
         """When a held link (observed or operator-restored) becomes usable next."""
         with self.lock:
@@ -487,6 +534,7 @@ class ControllerState:
                 shadow={job: dict(b) for job, b in self.shadow.items()},
                 rewiring=rewiring,
                 unplaced={j: r for j, r in self.unplaced.items() if j in self.jobs},
+                forwarding=self.forwarding_links(),
             )
 
     # -- wiring changes (a new fabric snapshot while serving) ------------------------------------
@@ -612,6 +660,7 @@ class ControllerState:
                     self.shadow[job] = dict(draft.shadow.get(job, {}))
                 else:
                     self.shadow.pop(job, None)
+                self._count_verified(job)
                 if job in changed:
                     entry.event_epoch = epoch
                     entry.reason = decision.reason

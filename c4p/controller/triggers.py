@@ -47,6 +47,7 @@ class KeyKind(StrEnum):
     AGENT = "agent"  # a host agent connected or went away
     MODE = "mode"  # a job's control mode was set, or the rollback engaged or cleared
     WIRING = "wiring"  # re-discovery found links gone, new or re-speeded (the reason says which)
+    COUNTERS = "counters"  # switch counters disagree with the plan, or agree again
 
 
 @dataclass(frozen=True, order=True)

@@ -64,8 +64,17 @@ def _wait(predicate: Any, seconds: float, step: float = 0.05) -> bool:
 class ServedLab:
     """gNMI faces, ``c4p serve`` (gNMI source, Unix socket) and one agent per host (a context)."""
 
-    def __init__(self, lab: Lab, *, mode: str = "learned", settle_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        lab: Lab,
+        *,
+        mode: str = "learned",
+        settle_s: float = 120.0,
+        deviation: dict[str, Any] | None = None,
+    ) -> None:
         self.lab = lab
+        self.deviation = deviation
+        """The controller's ``deviation:`` section (the counter check), default if ``None``."""
         self.mode = mode
         self.settle_s = settle_s
         self.endpoint = f"unix:{lab.workdir}/controller.sock"
@@ -133,6 +142,8 @@ class ServedLab:
             "ports": {"mode": mode},
             "agents": {"credentials": [{"hosts": hosts, "token": {"value": AGENT_TOKEN}}]},
         }
+        if self.deviation is not None:
+            overrides["deviation"] = self.deviation
         directory = self.lab.workdir / f"controller-{self._services}"
         base = embedded_config(self.lab.fabric, directory, **overrides).model_dump()
         service = EmbeddedService(check(ServeConfig.model_validate({**base, "fabric": source})))

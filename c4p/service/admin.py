@@ -153,6 +153,9 @@ class AdminServicer:
                     registered_at=convert.timestamp(r.registered_at),
                     control_mode=convert.control_mode(r.control),
                     control_source=r.control_source.value,
+                    verified=r.verified,
+                    unverified=r.unverified,
+                    predicted=r.predicted,
                 )
                 for r in rows
             ],
@@ -315,6 +318,9 @@ class JobRow:
     registered_at: float
     control: ControlMode
     control_source: ModeSource
+    verified: int = 0
+    unverified: int = 0
+    predicted: bool = False
 
 
 def link_rows(state: ControllerState, now: float, only_changed: bool) -> list[LinkRow]:
@@ -380,6 +386,9 @@ def job_rows(state: ControllerState, job_id: str = "") -> list[JobRow]:
                     registered_at=e.record.registered_at,
                     control=mode,
                     control_source=source,
+                    verified=e.verified,
+                    unverified=e.unverified,
+                    predicted=e.predicted,
                 )
             )
         return out

@@ -154,6 +154,7 @@ _ISSUE_KIND = {
     IssueKind.BLACK_HOLE: pb.BindingIssue.KIND_BLACK_HOLE,
     IssueKind.PREDICTED: pb.BindingIssue.KIND_PREDICTED,
     IssueKind.UNSTABLE: pb.BindingIssue.KIND_UNSTABLE,
+    IssueKind.DEVIATION: pb.BindingIssue.KIND_DEVIATION,
 }
 
 

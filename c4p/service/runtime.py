@@ -62,6 +62,7 @@ from c4p.service import admin, flow_intent
 from c4p.service import agents as agent_service
 from c4p.service.access import Guard, RateLimiter
 from c4p.service.agents import AgentHub
+from c4p.service.counters import CounterCheck
 from c4p.service.fabric_watch import FabricWatch
 from c4p.service.flow_intent import StreamHub
 from c4p.service.probing import ProbeWorker
@@ -128,6 +129,7 @@ class ServiceRuntime:
         self.config = config
         self.clock = clock
         self.fleet: Fleet | None = None
+        self.counter_check: CounterCheck | None = None
         self.watch: FabricWatch | None = None
         self._fleet_events = EventQueue()
         if fabric is None:
@@ -146,6 +148,7 @@ class ServiceRuntime:
             clock(),
             config.store.tombstone_horizon,
             config.rollout,
+            predicted_ports=config.ports.mode is PortMode.PREDICTED,
         )
         self.metrics = Metrics()
         # Host agents and port modes (learned / verified / predicted): see c4p.controller.learning.
@@ -308,6 +311,9 @@ class ServiceRuntime:
         elif not outcome.failed and self.address:
             self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self.metrics.record_plan(d)
+        if self.counter_check is not None:
+            changed = d.bindings_added + d.bindings_changed + d.bindings_removed
+            self.counter_check.plan_changed(d.epoch, changed > 0)
         with self.state.lock:
             modes = [e.control.value for e in self.state.jobs.values()]
         self.metrics.record_modes(modes)
@@ -425,6 +431,17 @@ class ServiceRuntime:
             self.fleet.start()
             self.follow_link_events(self._fleet_events.get)
             self._start_rediscovery(cfg.fabric.rediscover_s)
+            if cfg.deviation.every_s > 0:  # plans checked by the switches' counters
+                self.counter_check = CounterCheck(
+                    cfg.deviation,
+                    self.state,
+                    self.reconciler,
+                    self.fleet,
+                    self.loop.enqueue_threadsafe,
+                    self.clock,
+                    self.learner,
+                )
+                self._pumps.append(self.counter_check.start(self._stopping))
         for name in ("", *names[:2], STORE_HEALTH):  # last: SERVING once everything is up
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._health_status = health_pb2.HealthCheckResponse.SERVING

@@ -28,7 +28,7 @@ from c4p.api.v1 import intents_pb2 as c4p_dot_v1_dot_intents__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x63\x34p/v1/admin.proto\x12\x06\x63\x34p.v1\x1a\x14\x63\x34p/v1/intents.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"(\n\x10GetFabricRequest\x12\x14\n\x0conly_changed\x18\x01 \x01(\x08\"\x96\x02\n\x08LinkInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\t\n\x01\x61\x18\x02 \x01(\t\x12\t\n\x01\x62\x18\x03 \x01(\t\x12\x12\n\nspeed_gbps\x18\x04 \x01(\x01\x12\x10\n\x08observed\x18\x05 \x01(\t\x12\x11\n\teffective\x18\x06 \x01(\t\x12\x0f\n\x07\x64rained\x18\x07 \x01(\x08\x12\x14\n\x0c\x64rain_reason\x18\x08 \x01(\t\x12\x0c\n\x04held\x18\t \x01(\x08\x12\x14\n\x0c\x66lap_penalty\x18\n \x01(\x01\x12\r\n\x05\x66lows\x18\x0b \x01(\r\x12\x0c\n\x04jobs\x18\x0c \x01(\r\x12\x18\n\x10operator_penalty\x18\r \x01(\x01\x12-\n\tusable_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x97\x01\n\x0e\x46\x61\x62ricSnapshot\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08switches\x18\x02 \x01(\r\x12\r\n\x05hosts\x18\x03 \x01(\r\x12\x11\n\tnic_ports\x18\x04 \x01(\r\x12\x13\n\x0blinks_total\x18\x05 \x01(\r\x12\x1f\n\x05links\x18\x06 \x03(\x0b\x32\x10.c4p.v1.LinkInfo\x12\r\n\x05\x65poch\x18\x07 \x01(\x04\"!\n\x0fListJobsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xd1\x01\n\x13\x43ommunicatorSummary\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12 \n\x07pattern\x18\x03 \x01(\x0e\x32\x0f.c4p.v1.Pattern\x12&\n\ncollective\x18\x04 \x01(\x0e\x32\x12.c4p.v1.Collective\x12\x13\n\x0b\x63onnections\x18\x05 \x01(\r\x12\r\n\x05\x66lows\x18\x06 \x01(\r\x12/\n\x0b\x61\x63\x63\x65pted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xd0\x03\n\x07JobInfo\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\r\x12\r\n\x05ranks\x18\x04 \x01(\r\x12\"\n\x05state\x18\x05 \x01(\x0e\x32\x13.c4p.v1.IntentState\x12\x32\n\rcommunicators\x18\x06 \x03(\x0b\x32\x1b.c4p.v1.CommunicatorSummary\x12\r\n\x05\x66lows\x18\x07 \x01(\r\x12\r\n\x05\x62ound\x18\x08 \x01(\r\x12\x0e\n\x06issues\x18\t \x01(\r\x12\x17\n\x0fintent_revision\x18\n \x01(\x04\x12\x18\n\x10planned_revision\x18\x0b \x01(\x04\x12\x19\n\x11last_change_epoch\x18\x0c \x01(\x04\x12\x0f\n\x07streams\x18\r \x01(\r\x12)\n\nprediction\x18\x0e \x01(\x0b\x32\x15.c4p.v1.JobPrediction\x12\x31\n\rregistered_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x0c\x63ontrol_mode\x18( \x01(\x0e\x32\x13.c4p.v1.ControlMode\x12\x16\n\x0e\x63ontrol_source\x18) \x01(\t\"@\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.c4p.v1.JobInfo\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"\x10\n\x0eGetPlanRequest\"\xb1\x01\n\x0bPlanSummary\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\"\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0b\x32\x10.c4p.v1.Decision\x12\x1b\n\x13\x63ombinatorial_bound\x18\x03 \x01(\x01\x12\x10\n\x08lp_bound\x18\x04 \x01(\x01\x12\x14\n\x0csolver_bound\x18\x05 \x01(\x01\x12\x13\n\x0bunreachable\x18\x06 \x01(\r\x12\x15\n\rhottest_links\x18\x07 \x03(\t\">\n\x10\x44rainLinkRequest\x12\x0c\n\x04link\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0c\n\x04wait\x18\x03 \x01(\x08\"?\n\x12RestoreLinkRequest\x12\x0c\n\x04link\x18\x01 \x01(\t\x12\x0c\n\x04wait\x18\x02 \x01(\x08\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\"m\n\x12LinkChangeResponse\x12\x0f\n\x07link_id\x18\x01 \x01(\t\x12\x11\n\teffective\x18\x02 \x01(\t\x12\x0f\n\x07\x63hanged\x18\x03 \x01(\x08\x12\"\n\x08\x64\x65\x63ision\x18\x04 \x01(\x0b\x32\x10.c4p.v1.Decision\"-\n\rReplanRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0c\n\x04wait\x18\x02 \x01(\x08\"4\n\x0eReplanResponse\x12\"\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0b\x32\x10.c4p.v1.Decision\"?\n\x15GetDecisionLogRequest\x12\r\n\x05limit\x18\x01 \x01(\r\x12\x17\n\x0f\x62\x65\x66ore_sequence\x18\x02 \x01(\x04\"=\n\x16GetDecisionLogResponse\x12#\n\tdecisions\x18\x01 \x03(\x0b\x32\x10.c4p.v1.Decision\"X\n\x15SetControlModeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12!\n\x04mode\x18\x02 \x01(\x0e\x32\x13.c4p.v1.ControlMode\x12\x0c\n\x04wait\x18\x03 \x01(\x08\"\x90\x01\n\x16SetControlModeResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12!\n\x04mode\x18\x02 \x01(\x0e\x32\x13.c4p.v1.ControlMode\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x0f\n\x07\x63hanged\x18\x04 \x01(\x08\x12\"\n\x08\x64\x65\x63ision\x18\x05 \x01(\x0b\x32\x10.c4p.v1.Decision\"A\n\x12RollbackAllRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\r\n\x05\x63lear\x18\x02 \x01(\x08\x12\x0c\n\x04wait\x18\x03 \x01(\x08\"i\n\x13RollbackAllResponse\x12\x0f\n\x07\x65ngaged\x18\x01 \x01(\x08\x12\x0f\n\x07\x63hanged\x18\x02 \x01(\x08\x12\x0c\n\x04jobs\x18\x03 \x01(\r\x12\"\n\x08\x64\x65\x63ision\x18\x04 \x01(\x0b\x32\x10.c4p.v1.Decision2\xf1\x04\n\x0c\x41\x64minService\x12=\n\tGetFabric\x12\x18.c4p.v1.GetFabricRequest\x1a\x16.c4p.v1.FabricSnapshot\x12=\n\x08ListJobs\x12\x17.c4p.v1.ListJobsRequest\x1a\x18.c4p.v1.ListJobsResponse\x12\x36\n\x07GetPlan\x12\x16.c4p.v1.GetPlanRequest\x1a\x13.c4p.v1.PlanSummary\x12\x41\n\tDrainLink\x12\x18.c4p.v1.DrainLinkRequest\x1a\x1a.c4p.v1.LinkChangeResponse\x12\x45\n\x0bRestoreLink\x12\x1a.c4p.v1.RestoreLinkRequest\x1a\x1a.c4p.v1.LinkChangeResponse\x12\x37\n\x06Replan\x12\x15.c4p.v1.ReplanRequest\x1a\x16.c4p.v1.ReplanResponse\x12O\n\x0eGetDecisionLog\x12\x1d.c4p.v1.GetDecisionLogRequest\x1a\x1e.c4p.v1.GetDecisionLogResponse\x12O\n\x0eSetControlMode\x12\x1d.c4p.v1.SetControlModeRequest\x1a\x1e.c4p.v1.SetControlModeResponse\x12\x46\n\x0bRollbackAll\x12\x1a.c4p.v1.RollbackAllRequest\x1a\x1b.c4p.v1.RollbackAllResponseB\"\n\tio.c4p.v1P\x01Z\x10\x63\x34p/api/v1;c4pv1\xf8\x01\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x63\x34p/v1/admin.proto\x12\x06\x63\x34p.v1\x1a\x14\x63\x34p/v1/intents.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"(\n\x10GetFabricRequest\x12\x14\n\x0conly_changed\x18\x01 \x01(\x08\"\x96\x02\n\x08LinkInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\t\n\x01\x61\x18\x02 \x01(\t\x12\t\n\x01\x62\x18\x03 \x01(\t\x12\x12\n\nspeed_gbps\x18\x04 \x01(\x01\x12\x10\n\x08observed\x18\x05 \x01(\t\x12\x11\n\teffective\x18\x06 \x01(\t\x12\x0f\n\x07\x64rained\x18\x07 \x01(\x08\x12\x14\n\x0c\x64rain_reason\x18\x08 \x01(\t\x12\x0c\n\x04held\x18\t \x01(\x08\x12\x14\n\x0c\x66lap_penalty\x18\n \x01(\x01\x12\r\n\x05\x66lows\x18\x0b \x01(\r\x12\x0c\n\x04jobs\x18\x0c \x01(\r\x12\x18\n\x10operator_penalty\x18\r \x01(\x01\x12-\n\tusable_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x97\x01\n\x0e\x46\x61\x62ricSnapshot\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08switches\x18\x02 \x01(\r\x12\r\n\x05hosts\x18\x03 \x01(\r\x12\x11\n\tnic_ports\x18\x04 \x01(\r\x12\x13\n\x0blinks_total\x18\x05 \x01(\r\x12\x1f\n\x05links\x18\x06 \x03(\x0b\x32\x10.c4p.v1.LinkInfo\x12\r\n\x05\x65poch\x18\x07 \x01(\x04\"!\n\x0fListJobsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xd1\x01\n\x13\x43ommunicatorSummary\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12 \n\x07pattern\x18\x03 \x01(\x0e\x32\x0f.c4p.v1.Pattern\x12&\n\ncollective\x18\x04 \x01(\x0e\x32\x12.c4p.v1.Collective\x12\x13\n\x0b\x63onnections\x18\x05 \x01(\r\x12\r\n\x05\x66lows\x18\x06 \x01(\r\x12/\n\x0b\x61\x63\x63\x65pted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x89\x04\n\x07JobInfo\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\r\x12\r\n\x05ranks\x18\x04 \x01(\r\x12\"\n\x05state\x18\x05 \x01(\x0e\x32\x13.c4p.v1.IntentState\x12\x32\n\rcommunicators\x18\x06 \x03(\x0b\x32\x1b.c4p.v1.CommunicatorSummary\x12\r\n\x05\x66lows\x18\x07 \x01(\r\x12\r\n\x05\x62ound\x18\x08 \x01(\r\x12\x0e\n\x06issues\x18\t \x01(\r\x12\x17\n\x0fintent_revision\x18\n \x01(\x04\x12\x18\n\x10planned_revision\x18\x0b \x01(\x04\x12\x19\n\x11last_change_epoch\x18\x0c \x01(\x04\x12\x0f\n\x07streams\x18\r \x01(\r\x12)\n\nprediction\x18\x0e \x01(\x0b\x32\x15.c4p.v1.JobPrediction\x12\x31\n\rregistered_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x0c\x63ontrol_mode\x18( \x01(\x0e\x32\x13.c4p.v1.ControlMode\x12\x16\n\x0e\x63ontrol_source\x18) \x01(\t\x12\x10\n\x08verified\x18* \x01(\r\x12\x12\n\nunverified\x18+ \x01(\r\x12\x11\n\tpredicted\x18, \x01(\x08\"@\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.c4p.v1.JobInfo\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"\x10\n\x0eGetPlanRequest\"\xb1\x01\n\x0bPlanSummary\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\"\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0b\x32\x10.c4p.v1.Decision\x12\x1b\n\x13\x63ombinatorial_bound\x18\x03 \x01(\x01\x12\x10\n\x08lp_bound\x18\x04 \x01(\x01\x12\x14\n\x0csolver_bound\x18\x05 \x01(\x01\x12\x13\n\x0bunreachable\x18\x06 \x01(\r\x12\x15\n\rhottest_links\x18\x07 \x03(\t\">\n\x10\x44rainLinkRequest\x12\x0c\n\x04link\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0c\n\x04wait\x18\x03 \x01(\x08\"?\n\x12RestoreLinkRequest\x12\x0c\n\x04link\x18\x01 \x01(\t\x12\x0c\n\x04wait\x18\x02 \x01(\x08\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\"m\n\x12LinkChangeResponse\x12\x0f\n\x07link_id\x18\x01 \x01(\t\x12\x11\n\teffective\x18\x02 \x01(\t\x12\x0f\n\x07\x63hanged\x18\x03 \x01(\x08\x12\"\n\x08\x64\x65\x63ision\x18\x04 \x01(\x0b\x32\x10.c4p.v1.Decision\"-\n\rReplanRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0c\n\x04wait\x18\x02 \x01(\x08\"4\n\x0eReplanResponse\x12\"\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0b\x32\x10.c4p.v1.Decision\"?\n\x15GetDecisionLogRequest\x12\r\n\x05limit\x18\x01 \x01(\r\x12\x17\n\x0f\x62\x65\x66ore_sequence\x18\x02 \x01(\x04\"=\n\x16GetDecisionLogResponse\x12#\n\tdecisions\x18\x01 \x03(\x0b\x32\x10.c4p.v1.Decision\"X\n\x15SetControlModeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12!\n\x04mode\x18\x02 \x01(\x0e\x32\x13.c4p.v1.ControlMode\x12\x0c\n\x04wait\x18\x03 \x01(\x08\"\x90\x01\n\x16SetControlModeResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12!\n\x04mode\x18\x02 \x01(\x0e\x32\x13.c4p.v1.ControlMode\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x0f\n\x07\x63hanged\x18\x04 \x01(\x08\x12\"\n\x08\x64\x65\x63ision\x18\x05 \x01(\x0b\x32\x10.c4p.v1.Decision\"A\n\x12RollbackAllRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\r\n\x05\x63lear\x18\x02 \x01(\x08\x12\x0c\n\x04wait\x18\x03 \x01(\x08\"i\n\x13RollbackAllResponse\x12\x0f\n\x07\x65ngaged\x18\x01 \x01(\x08\x12\x0f\n\x07\x63hanged\x18\x02 \x01(\x08\x12\x0c\n\x04jobs\x18\x03 \x01(\r\x12\"\n\x08\x64\x65\x63ision\x18\x04 \x01(\x0b\x32\x10.c4p.v1.Decision2\xf1\x04\n\x0c\x41\x64minService\x12=\n\tGetFabric\x12\x18.c4p.v1.GetFabricRequest\x1a\x16.c4p.v1.FabricSnapshot\x12=\n\x08ListJobs\x12\x17.c4p.v1.ListJobsRequest\x1a\x18.c4p.v1.ListJobsResponse\x12\x36\n\x07GetPlan\x12\x16.c4p.v1.GetPlanRequest\x1a\x13.c4p.v1.PlanSummary\x12\x41\n\tDrainLink\x12\x18.c4p.v1.DrainLinkRequest\x1a\x1a.c4p.v1.LinkChangeResponse\x12\x45\n\x0bRestoreLink\x12\x1a.c4p.v1.RestoreLinkRequest\x1a\x1a.c4p.v1.LinkChangeResponse\x12\x37\n\x06Replan\x12\x15.c4p.v1.ReplanRequest\x1a\x16.c4p.v1.ReplanResponse\x12O\n\x0eGetDecisionLog\x12\x1d.c4p.v1.GetDecisionLogRequest\x1a\x1e.c4p.v1.GetDecisionLogResponse\x12O\n\x0eSetControlMode\x12\x1d.c4p.v1.SetControlModeRequest\x1a\x1e.c4p.v1.SetControlModeResponse\x12\x46\n\x0bRollbackAll\x12\x1a.c4p.v1.RollbackAllRequest\x1a\x1b.c4p.v1.RollbackAllResponseB\"\n\tio.c4p.v1P\x01Z\x10\x63\x34p/api/v1;c4pv1\xf8\x01\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,35 +47,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COMMUNICATORSUMMARY']._serialized_start=598
   _globals['_COMMUNICATORSUMMARY']._serialized_end=807
   _globals['_JOBINFO']._serialized_start=810
-  _globals['_JOBINFO']._serialized_end=1274
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1276
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1340
-  _globals['_GETPLANREQUEST']._serialized_start=1342
-  _globals['_GETPLANREQUEST']._serialized_end=1358
-  _globals['_PLANSUMMARY']._serialized_start=1361
-  _globals['_PLANSUMMARY']._serialized_end=1538
-  _globals['_DRAINLINKREQUEST']._serialized_start=1540
-  _globals['_DRAINLINKREQUEST']._serialized_end=1602
-  _globals['_RESTORELINKREQUEST']._serialized_start=1604
-  _globals['_RESTORELINKREQUEST']._serialized_end=1667
-  _globals['_LINKCHANGERESPONSE']._serialized_start=1669
-  _globals['_LINKCHANGERESPONSE']._serialized_end=1778
-  _globals['_REPLANREQUEST']._serialized_start=1780
-  _globals['_REPLANREQUEST']._serialized_end=1825
-  _globals['_REPLANRESPONSE']._serialized_start=1827
-  _globals['_REPLANRESPONSE']._serialized_end=1879
-  _globals['_GETDECISIONLOGREQUEST']._serialized_start=1881
-  _globals['_GETDECISIONLOGREQUEST']._serialized_end=1944
-  _globals['_GETDECISIONLOGRESPONSE']._serialized_start=1946
-  _globals['_GETDECISIONLOGRESPONSE']._serialized_end=2007
-  _globals['_SETCONTROLMODEREQUEST']._serialized_start=2009
-  _globals['_SETCONTROLMODEREQUEST']._serialized_end=2097
-  _globals['_SETCONTROLMODERESPONSE']._serialized_start=2100
-  _globals['_SETCONTROLMODERESPONSE']._serialized_end=2244
-  _globals['_ROLLBACKALLREQUEST']._serialized_start=2246
-  _globals['_ROLLBACKALLREQUEST']._serialized_end=2311
-  _globals['_ROLLBACKALLRESPONSE']._serialized_start=2313
-  _globals['_ROLLBACKALLRESPONSE']._serialized_end=2418
-  _globals['_ADMINSERVICE']._serialized_start=2421
-  _globals['_ADMINSERVICE']._serialized_end=3046
+  _globals['_JOBINFO']._serialized_end=1331
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1333
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1397
+  _globals['_GETPLANREQUEST']._serialized_start=1399
+  _globals['_GETPLANREQUEST']._serialized_end=1415
+  _globals['_PLANSUMMARY']._serialized_start=1418
+  _globals['_PLANSUMMARY']._serialized_end=1595
+  _globals['_DRAINLINKREQUEST']._serialized_start=1597
+  _globals['_DRAINLINKREQUEST']._serialized_end=1659
+  _globals['_RESTORELINKREQUEST']._serialized_start=1661
+  _globals['_RESTORELINKREQUEST']._serialized_end=1724
+  _globals['_LINKCHANGERESPONSE']._serialized_start=1726
+  _globals['_LINKCHANGERESPONSE']._serialized_end=1835
+  _globals['_REPLANREQUEST']._serialized_start=1837
+  _globals['_REPLANREQUEST']._serialized_end=1882
+  _globals['_REPLANRESPONSE']._serialized_start=1884
+  _globals['_REPLANRESPONSE']._serialized_end=1936
+  _globals['_GETDECISIONLOGREQUEST']._serialized_start=1938
+  _globals['_GETDECISIONLOGREQUEST']._serialized_end=2001
+  _globals['_GETDECISIONLOGRESPONSE']._serialized_start=2003
+  _globals['_GETDECISIONLOGRESPONSE']._serialized_end=2064
+  _globals['_SETCONTROLMODEREQUEST']._serialized_start=2066
+  _globals['_SETCONTROLMODEREQUEST']._serialized_end=2154
+  _globals['_SETCONTROLMODERESPONSE']._serialized_start=2157
+  _globals['_SETCONTROLMODERESPONSE']._serialized_end=2301
+  _globals['_ROLLBACKALLREQUEST']._serialized_start=2303
+  _globals['_ROLLBACKALLREQUEST']._serialized_end=2368
+  _globals['_ROLLBACKALLRESPONSE']._serialized_start=2370
+  _globals['_ROLLBACKALLRESPONSE']._serialized_end=2475
+  _globals['_ADMINSERVICE']._serialized_start=2478
+  _globals['_ADMINSERVICE']._serialized_end=3103
 # @@protoc_insertion_point(module_scope)

@@ -93,7 +93,7 @@ class CommunicatorSummary(_message.Message):
     def __init__(self, id: _Optional[str] = ..., version: _Optional[int] = ..., pattern: _Optional[_Union[_intents_pb2.Pattern, str]] = ..., collective: _Optional[_Union[_intents_pb2.Collective, str]] = ..., connections: _Optional[int] = ..., flows: _Optional[int] = ..., accepted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("job_id", "tenant", "priority", "ranks", "state", "communicators", "flows", "bound", "issues", "intent_revision", "planned_revision", "last_change_epoch", "streams", "prediction", "registered_at", "control_mode", "control_source")
+    __slots__ = ("job_id", "tenant", "priority", "ranks", "state", "communicators", "flows", "bound", "issues", "intent_revision", "planned_revision", "last_change_epoch", "streams", "prediction", "registered_at", "control_mode", "control_source", "verified", "unverified", "predicted")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +111,9 @@ class JobInfo(_message.Message):
     REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
     CONTROL_MODE_FIELD_NUMBER: _ClassVar[int]
     CONTROL_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    VERIFIED_FIELD_NUMBER: _ClassVar[int]
+    UNVERIFIED_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     tenant: str
     priority: int
@@ -128,7 +131,10 @@ class JobInfo(_message.Message):
     registered_at: _timestamp_pb2.Timestamp
     control_mode: _intents_pb2.ControlMode
     control_source: str
-    def __init__(self, job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., ranks: _Optional[int] = ..., state: _Optional[_Union[_intents_pb2.IntentState, str]] = ..., communicators: _Optional[_Iterable[_Union[CommunicatorSummary, _Mapping]]] = ..., flows: _Optional[int] = ..., bound: _Optional[int] = ..., issues: _Optional[int] = ..., intent_revision: _Optional[int] = ..., planned_revision: _Optional[int] = ..., last_change_epoch: _Optional[int] = ..., streams: _Optional[int] = ..., prediction: _Optional[_Union[_intents_pb2.JobPrediction, _Mapping]] = ..., registered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., control_mode: _Optional[_Union[_intents_pb2.ControlMode, str]] = ..., control_source: _Optional[str] = ...) -> None: ...
+    verified: int
+    unverified: int
+    predicted: bool
+    def __init__(self, job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., ranks: _Optional[int] = ..., state: _Optional[_Union[_intents_pb2.IntentState, str]] = ..., communicators: _Optional[_Iterable[_Union[CommunicatorSummary, _Mapping]]] = ..., flows: _Optional[int] = ..., bound: _Optional[int] = ..., issues: _Optional[int] = ..., intent_revision: _Optional[int] = ..., planned_revision: _Optional[int] = ..., last_change_epoch: _Optional[int] = ..., streams: _Optional[int] = ..., prediction: _Optional[_Union[_intents_pb2.JobPrediction, _Mapping]] = ..., registered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., control_mode: _Optional[_Union[_intents_pb2.ControlMode, str]] = ..., control_source: _Optional[str] = ..., verified: _Optional[int] = ..., unverified: _Optional[int] = ..., predicted: _Optional[bool] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "epoch")

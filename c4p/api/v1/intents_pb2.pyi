@@ -44,6 +44,7 @@ class IntentState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INTENT_STATE_DEGRADED: _ClassVar[IntentState]
     INTENT_STATE_FAILED: _ClassVar[IntentState]
     INTENT_STATE_WITHDRAWN: _ClassVar[IntentState]
+    INTENT_STATE_BOUND_UNVERIFIED: _ClassVar[IntentState]
 
 class ControlMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -72,6 +73,7 @@ INTENT_STATE_INSTALLED: IntentState
 INTENT_STATE_DEGRADED: IntentState
 INTENT_STATE_FAILED: IntentState
 INTENT_STATE_WITHDRAWN: IntentState
+INTENT_STATE_BOUND_UNVERIFIED: IntentState
 CONTROL_MODE_UNSPECIFIED: ControlMode
 CONTROL_MODE_OFF: ControlMode
 CONTROL_MODE_SHADOW: ControlMode
@@ -202,6 +204,7 @@ class BindingIssue(_message.Message):
         KIND_BLACK_HOLE: _ClassVar[BindingIssue.Kind]
         KIND_PREDICTED: _ClassVar[BindingIssue.Kind]
         KIND_UNSTABLE: _ClassVar[BindingIssue.Kind]
+        KIND_DEVIATION: _ClassVar[BindingIssue.Kind]
     KIND_UNSPECIFIED: BindingIssue.Kind
     KIND_FALLBACK: BindingIssue.Kind
     KIND_UNBOUND: BindingIssue.Kind
@@ -209,6 +212,7 @@ class BindingIssue(_message.Message):
     KIND_BLACK_HOLE: BindingIssue.Kind
     KIND_PREDICTED: BindingIssue.Kind
     KIND_UNSTABLE: BindingIssue.Kind
+    KIND_DEVIATION: BindingIssue.Kind
     QP_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
