@@ -129,7 +129,7 @@ def main() -> None:
     if sys.argv[1:2] == ["agent"]:
         from c4p.cli.agent import agent_app
 
-        agent_app(prog_name="c4p agent", args=sys.argv[2:])
+        _exit_at_once(run(agent_app, sys.argv[2:], "c4p agent"), tidy=False)  # raises SystemExit
         return
     first = sys.argv[1] if len(sys.argv) > 1 else None
     only = first if first in GROUPS or first in COMMANDS else None
@@ -156,7 +156,15 @@ CLOSED_PIPE = 141
 means "a finding") and not a message: the reader chose to stop reading."""
 
 
-def run(app: typer.Typer, args: list[str]) -> int:
+class ClosedPipe(Exception):  # noqa: N818 - an event, not an error of the user's
+    """Standard output's reader went away (``| head -1``); :func:`run` ends quietly.
+
+    Why not ``BrokenPipeError``: typer turns any ``EPIPE`` into exit 1 ("a finding") before
+    c4p could see it, and rich's console into ``SystemExit(1)``; c4p's console
+    (:data:`c4p.cli.common.console`) and error path raise this instead."""
+
+
+def run(app: typer.Typer, args: list[str], prog_name: str = "c4p") -> int:
     """Run the command line on ``args`` and return its exit status, with c4p's conventions
     where click's differ.
 
@@ -167,11 +175,9 @@ def run(app: typer.Typer, args: list[str]) -> int:
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
     from typer.exceptions import Abort
 
-    from c4p.cli.common import ClosedPipe
-
     try:
         try:
-            code = app(prog_name="c4p", args=args, standalone_mode=False)
+            code = app(prog_name=prog_name, args=args, standalone_mode=False)
         except NoArgsIsHelpError as exc:  # ``c4p fabric``: the group's help, as before
             exc.show()
             return 2

@@ -27,19 +27,13 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+from c4p.cli import ClosedPipe
 from c4p.cli.outputs import check_outputs
 from c4p.files import write_json
 from topology.errors import C4pError  # the root (c4p.errors re-exports it with the store's)
 from topology.formats import problems_of
 
 T = TypeVar("T")
-
-
-class ClosedPipe(Exception):  # noqa: N818 - an event, not an error of the user's
-    """Standard output's reader went away (``| head -1``); :func:`c4p.cli.run` ends quietly.
-
-    Why not ``BrokenPipeError``: typer turns any ``EPIPE`` into exit 1 ("a finding") before
-    c4p could see it, and rich's console into ``SystemExit(1)``."""
 
 
 class _Console(Console):
