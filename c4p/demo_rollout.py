@@ -70,9 +70,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m c4p.demo_rollout", description=__doc__)
     parser.add_argument("--dir", type=Path, help="keep the store and the plot here")
     parser.add_argument("--interval", type=float, default=2.0, help="report interval (s)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="serve the API on 127.0.0.1:PORT (default 0: any free port, printed at start)",
+    )
     args = parser.parse_args(argv)
     if not args.interval >= 0.5:
         parser.error(f"--interval: at least 0.5 s, got {args.interval}")
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port: a TCP port from 0 to 65535, got {args.port}")
     console = Console(width=120)
     fabric = rail_optimized(
         RailOptimizedParams(name="demo-64", units=4, hosts_per_unit=4, rails=4, spines=4)
@@ -84,6 +92,11 @@ def main(argv: list[str] | None = None) -> None:
             where,
             admin_token=secrets.token_urlsafe(24),
             rollout={"default": "shadow"},
+        )
+        config = config.model_copy(
+            update={
+                "listen": config.listen.model_copy(update={"address": f"127.0.0.1:{args.port}"})
+            }
         )
         with EmbeddedService(config) as service:
             console.print(

@@ -254,8 +254,11 @@ def print_plan(
         )
     console.print(links)
     methods = ", ".join(sorted({p.method for p in c4p.parts})) or "-"
+    lost = len(c4p.unreachable)
+    # "optimal" alone would claim every flow: with unroutable ones it is said of the rest
+    status = f"{len(c4p.flows) - lost} routed, {c4p.status}" if lost else c4p.status
     console.print(
-        f"  c4p: {c4p.status} (gap to bound {100 * c4p.gap:.1f}%), {len(c4p.flows)} flows in "
+        f"  c4p: {status} (gap to bound {100 * c4p.gap:.1f}%), {len(c4p.flows)} flows in "
         f"{len(c4p.parts)} independent part(s) by {methods}, solved in {c4p.seconds:.3f} s",
         highlight=False,
     )
@@ -265,4 +268,4 @@ def print_plan(
             f"  flows moved from the previous plan: {len(c4p.moved)}{least}", highlight=False
         )
     if c4p.unreachable:
-        console.print(f"  unreachable flows: {len(c4p.unreachable)}", highlight=False)
+        console.print(f"  unreachable flows: {lost}", highlight=False)

@@ -490,7 +490,8 @@ def test_sizing_for_the_largest_fabrics() -> None:
     assert tree.leaf_oversubscription == tree.spine_oversubscription == 1.0
     assert leaf_spine_for_gpus(16384).gpus == 16384
     with pytest.raises(ValueError, match="need 65 pods"):
-        fat_tree_for_gpus(65 * 1024)
+        fat_tree_for_gpus(65 * 1024, radix=64)
+    assert fat_tree_for_gpus(65 * 1024).gpus >= 65 * 1024  # without a radix: the next that fits
 
 
 sizers: list[Callable[[int], FabricParams]] = [

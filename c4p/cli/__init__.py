@@ -129,25 +129,80 @@ def main() -> None:
     if sys.argv[1:2] == ["agent"]:
         from c4p.cli.agent import agent_app
 
-        agent_app(prog_name="c4p agent", args=sys.argv[2:])
+        _exit_at_once(run(agent_app, sys.argv[2:], "c4p agent"), tidy=False)  # raises SystemExit
         return
     first = sys.argv[1] if len(sys.argv) > 1 else None
     only = first if first in GROUPS or first in COMMANDS else None
     if only not in ONE_SHOT:
-        build_app(only)(prog_name="c4p")
+        _exit_at_once(run(build_app(only), sys.argv[1:]), tidy=False)  # raises SystemExit
         return
     _one_blas_thread()
     # A command that reads files, computes and exits builds long-lived data only (imports
     # included); the cycle collector would walk that growing heap every 700 allocations, and
     # once more at exit (a third of a second after a 16k-GPU plan): frozen objects it skips.
     gc.disable()
+    code: object
     try:
-        build_app(only)(prog_name="c4p")
-    except SystemExit as done:  # how click ends every command, success included
-        gc.freeze()
-        _exit_at_once(done.code)
-    finally:
-        gc.freeze()
+        code = run(build_app(only), sys.argv[1:])
+    except SystemExit as done:  # a command body that ends with sys.exit
+        code = done.code
+    gc.freeze()
+    _exit_at_once(code)
+
+
+CLOSED_PIPE = 141
+"""Exit status when standard output's reader went away (``c4p fabric show f.yaml | head -1``):
+128 + SIGPIPE, what the shell reports for ``cat`` or ``grep`` in the same place. Not 1 (that
+means "a finding") and not a message: the reader chose to stop reading."""
+
+
+class ClosedPipe(Exception):  # noqa: N818 - an event, not an error of the user's
+    """Standard output's reader went away (``| head -1``); :func:`run` ends quietly.
+
+    Why not ``BrokenPipeError``: typer turns any ``EPIPE`` into exit 1 ("a finding") before
+    c4p could see it, and rich's console into ``SystemExit(1)``; c4p's console
+    (:data:`c4p.cli.common.console`) and error path raise this instead."""
+
+
+def run(app: typer.Typer, args: list[str], prog_name: str = "c4p") -> int:
+    """Run the command line on ``args`` and return its exit status, with c4p's conventions
+    where click's differ.
+
+    Why not click's own ("standalone") mode: it prints an argument error as a framed box of
+    usage and hints (six lines for ``--gpus -5``) while c4p promises one line per problem, as
+    every other bad input gets (``error: --gpus: ...``, exit 2); and it reports a closed pipe as
+    exit 1, which c4p reserves for findings."""
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    from typer.exceptions import Abort
+
+    try:
+        try:
+            code = app(prog_name=prog_name, args=args, standalone_mode=False)
+        except NoArgsIsHelpError as exc:  # ``c4p fabric``: the group's help, as before
+            exc.show()
+            return 2
+        except ClickException as exc:
+            message = " ".join(exc.format_message().split())
+            print(f"error: {message} (see --help)", file=sys.stderr)
+            return exc.exit_code
+        except Abort:
+            print("error: aborted", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+        sys.stdout.flush()
+    except (BrokenPipeError, ClosedPipe):
+        return _closed_pipe()
+    return code if isinstance(code, int) else 0
+
+
+def _closed_pipe() -> int:
+    """Standard output's reader is gone: point the descriptor at /dev/null so nothing else
+    (a final flush at exit) fails on it, and end with :data:`CLOSED_PIPE`."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return CLOSED_PIPE
 
 
 def _one_blas_thread() -> None:
@@ -164,14 +219,16 @@ def _one_blas_thread() -> None:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
-def _exit_at_once(code: object) -> None:
+def _exit_at_once(code: object, *, tidy: bool = True) -> None:
     """End a one-shot command's process without tearing its heap down object by object.
 
     Why: after a 16k-GPU plan the interpreter's own exit frees some million objects one at a
     time (the fabric, its index, the flows, the plans), 50-100 ms of nothing but waiting. A
     one-shot command has written its files (atomically, closed) and registers no exit
     handlers, so what is left to do is flushing standard output and error; the exit status is
-    ``sys.exit``'s (``None`` is 0, a message is printed and is 1)."""
+    ``sys.exit``'s (``None`` is 0, a message is printed and is 1). Servers and the other
+    long-running commands (``tidy=False``) end through ``sys.exit`` after the flush, so their
+    exit handlers run."""
     if code is None:
         status = 0
     elif isinstance(code, int):
@@ -182,6 +239,10 @@ def _exit_at_once(code: object) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe: what Python's own exit reports as 120
+        except BrokenPipeError:
+            status = status or _closed_pipe()
+        except (OSError, ValueError):  # what Python's own exit reports as 120
             status = status or 120
+    if not tidy:
+        sys.exit(status)
     os._exit(status)

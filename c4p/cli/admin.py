@@ -26,6 +26,7 @@ import typer
 from rich.table import Table
 
 from c4p.cli.common import JsonOption, console, emit, fail, guarded
+from c4p.cli.tables import WideOption, fitted
 from c4p.errors import C4pError
 
 if TYPE_CHECKING:
@@ -150,12 +151,12 @@ def _decision_row(d: Any) -> list[str]:
         str(d.epoch),
         d.at.ToDatetime().strftime("%H:%M:%S"),
         result,
-        d.reason[:40],
+        d.reason,
         str(d.flows),
         str(d.moved),
         f"{d.max_utilization:.2f}",
         str(d.bindings_added + d.bindings_changed),
-        d.error[:60],
+        d.error,
     ]
 
 
@@ -266,6 +267,7 @@ def admin_decisions(
     key_file: KeyFile = None,
     server_name: ServerName = None,
     json_path: JsonOption = None,
+    wide: WideOption = False,
 ) -> None:
     """The decision log: why each plan was made and what it changed."""
 
@@ -273,10 +275,11 @@ def admin_decisions(
         found = client.decisions(limit, before)
         columns = ["seq", "epoch", "at", "result", "reason", "flows", "moved", "max util",
                    "rewrites", "error"]  # fmt: skip
+        rows = [_decision_row(d) for d in found]
         emit(
             json_path,
             {"decisions": [as_dict(d) for d in found]},
-            lambda: console.print(_table("decisions", columns, [_decision_row(d) for d in found])),
+            lambda: fitted(console, "decisions", columns, rows, wide=wide),
         )
 
     _run(address, token_file, ca_file, cert_file, key_file, server_name, body)

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from c4p.cli.common import JsonOption, console, emit, guarded
+from c4p.cli.outputs import check_outputs
 from c4p.errors import C4pError
 from c4p.files import write_text
 
@@ -20,14 +21,19 @@ def bench_cmd(
         typer.Option(
             "-o",
             "--output",
-            help="Markdown table (default docs/benchmarks.md; out/bench-quick.md with --quick).",
+            help="Markdown table (default docs/benchmarks.md; out/bench-quick.md with --quick; "
+            "with --only, none unless given).",
         ),
     ] = None,
     plot_path: Annotated[
         Path | None, typer.Option("--plot", help="PNG plot (default beside the table).")
     ] = None,
     only: Annotated[
-        str | None, typer.Option(help="Run only scenarios whose name contains this text.")
+        str | None,
+        typer.Option(
+            help="Run only scenarios whose name contains this text (rows printed; a table "
+            "only with -o)."
+        ),
     ] = None,
     service: Annotated[
         bool,
@@ -48,6 +54,7 @@ def bench_cmd(
     """Run the scenario ladder: ECMP, greedy, c4p and the lower bound side by side."""
     from c4p import bench
 
+    guarded(lambda: check_outputs(("-o", output, None), ("--plot", plot_path, (".png",))))
     if failures:
         guarded(lambda: _failure_ladder(quick, output, plot_path, only, json_path))
         return
@@ -86,14 +93,17 @@ def bench_cmd(
         command = (
             "c4p bench" + (" --quick" if quick else "") + (f" --only '{only}'" if only else "")
         )
-        text = bench.markdown(rows, command, elapsed).replace("benchmarks.png", image.name)
-        write_text(table, text)
-        try:
-            bench.plot(rows, image)
-            wrote = f"wrote {table}, {image}"
-        except ImportError:  # matplotlib is an extra: c4p[plot] (or the dev install)
-            wrote = f"wrote {table} (no plot: install c4p[plot] for {image.name})"
-        emit(json_path, bench.rows_json(rows), lambda: console.print(wrote))
+        if only and output is None:
+            wrote = partial_note(table)
+        else:
+            text = bench.markdown(rows, command, elapsed).replace("benchmarks.png", image.name)
+            write_text(table, text)
+            try:
+                bench.plot(rows, image)
+                wrote = f"wrote {table}, {image}"
+            except ImportError:  # matplotlib is an extra: c4p[plot] (or the dev install)
+                wrote = f"wrote {table} (no plot: install c4p[plot] for {image.name})"
+        emit(json_path, bench.rows_json(rows), lambda: console.print(wrote, highlight=False))
 
     guarded(body)
 
@@ -129,11 +139,24 @@ def _failure_ladder(
         + (" --quick" if quick else "")
         + (f" --only '{only}'" if only else "")
     )
-    text = bench_failures.markdown(rows, command, elapsed)
-    write_text(table, text.replace("benchmarks-failures.png", image.name))
-    bench_failures.plot(rows, image)
+    if only and output is None:
+        wrote = partial_note(table)
+    else:
+        text = bench_failures.markdown(rows, command, elapsed)
+        write_text(table, text.replace("benchmarks-failures.png", image.name))
+        bench_failures.plot(rows, image)
+        wrote = f"wrote {table}, {image}"
     emit(
         json_path,
         bench_failures.rows_json(rows),
-        lambda: console.print(f"wrote {table}, {image}"),
+        lambda: console.print(wrote, highlight=False),
     )
+
+
+def partial_note(table: Path) -> str:
+    """What ``--only`` without ``-o`` says instead of writing the ladder's table.
+
+    Why: the default tables (``docs/benchmarks.md``, ...) are the project's record of the whole
+    ladder; one scenario re-run to check a change replaced them with a one-row table. A part
+    of the ladder is written only where ``-o`` says."""
+    return f"not writing {table}: --only ran part of the ladder (give -o FILE to keep its table)"

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import gc
 import math
+import os
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,16 +27,44 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+from c4p.cli import ClosedPipe
+from c4p.cli.outputs import check_outputs
 from c4p.files import write_json
 from topology.errors import C4pError  # the root (c4p.errors re-exports it with the store's)
 from topology.formats import problems_of
 
-console = Console()
 T = TypeVar("T")
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nothing more to write, also not from a later print
+        raise ClosedPipe
+
+
+console: Console = _Console()
+
+
+def _json_output(value: Path | None) -> Path | None:
+    """``--json``'s folder must exist: checked while the command line is read, before any
+    work (see :mod:`c4p.cli.outputs`)."""
+    if value is not None:
+        try:
+            check_outputs(("--json", value, None))
+        except C4pError as exc:
+            raise typer.BadParameter(
+                str(exc).removeprefix("--json "), param_hint="--json"
+            ) from None
+    return value
+
 
 JsonOption = Annotated[
     Path | None,
-    typer.Option("--json", help="Also write the figures as JSON to this file ('-': stdout only)."),
+    typer.Option(
+        "--json",
+        help="Also write the figures as JSON to this file ('-': stdout only).",
+        callback=_json_output,
+    ),
 ]
 
 
@@ -54,6 +85,8 @@ def guarded(func: Callable[[], T]) -> T:
         fail(str(exc))
     except ValidationError as exc:
         fail("; ".join(f"{p}: {r}" if p else r for p, r in problems_of(exc)))
+    except BrokenPipeError:  # standard output's reader left: not the user's error (c4p.cli.run)
+        raise ClosedPipe from None
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         fail(f"{where}{exc.strerror or exc}")
@@ -70,25 +103,77 @@ def check_number(option: str, value: float, low: float, high: float) -> float:
     return value
 
 
+PROGRESS_AFTER_S = 2.0
+"""A phase says what it is doing once it has run this long (``C4P_PROGRESS_AFTER`` overrides:
+``0`` makes every phase speak at once, as the tests do)."""
+
+PROGRESS_EVERY_S = 10.0
+"""Then at most one line per this many seconds, so a log of a long run stays readable."""
+
+_quiet = False
+
+
+def _set_quiet(value: bool) -> bool:
+    global _quiet
+    _quiet = value
+    return value
+
+
+QuietOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        callback=_set_quiet,
+        help="No progress lines on standard error (phases over 2 s say what they are doing).",
+    ),
+]
+
+
 @contextmanager
 def progress(description: str) -> Iterator[None]:
-    """A spinner with the elapsed time on standard error while long work runs (nothing when
-    standard error is not a terminal, so logs and pipes stay clean)."""
-    err = Console(stderr=True)
-    if not err.is_terminal:
+    """Say on standard error what long work is doing: ``c4p: <description>... 12 s``.
+
+    Why lines and not a spinner: a 131,072-GPU fabric takes 18-94 s per command, usually run
+    from a script or CI log, where a spinner shows nothing (it was drawn only on terminals).
+    Nothing for a phase shorter than :data:`PROGRESS_AFTER_S` (most runs stay silent), at most
+    a line per :data:`PROGRESS_EVERY_S`, a closing line with the phase's time if it spoke, never
+    on standard output (which may carry the file itself, ``-o -``), none with ``--quiet``."""
+    if _quiet:
         yield
         return
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    try:
+        after = max(0.0, float(os.environ.get("C4P_PROGRESS_AFTER", PROGRESS_AFTER_S)))
+    except ValueError:
+        after = PROGRESS_AFTER_S
+    start = time.monotonic()
+    done = threading.Event()
+    spoke = threading.Event()
 
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
-        bar.add_task(description, total=None)
+    def say(text: str) -> None:
+        try:
+            print(f"c4p: {text}", file=sys.stderr, flush=True)
+            spoke.set()
+        except (OSError, ValueError):  # standard error closed: progress is optional
+            pass
+
+    def watch() -> None:
+        wait = after or PROGRESS_EVERY_S  # with 0 the first line is said at once, below
+        while not done.wait(wait):
+            say(f"{description}... {time.monotonic() - start:.0f} s")
+            wait = PROGRESS_EVERY_S
+
+    if after == 0:
+        say(f"{description}...")
+    watcher = threading.Thread(target=watch, name="c4p-progress", daemon=True)
+    watcher.start()
+    try:
         yield
+    finally:
+        done.set()
+        watcher.join()
+        if spoke.is_set():
+            say(f"{description}: done in {time.monotonic() - start:.1f} s")
 
 
 def emit(json_path: Path | None, data: Any, render: Callable[[], None]) -> None:

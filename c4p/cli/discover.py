@@ -30,6 +30,7 @@ import typer
 from rich.console import Console
 
 from c4p.cli.common import guarded, progress
+from c4p.cli.outputs import DATA_SUFFIXES, check_outputs
 from c4p.files import load_fabric, load_model, save_fabric, write_json
 from southbound.discovery import DiscoveryResult
 from southbound.events import TargetHealth
@@ -157,6 +158,7 @@ def fabric_discover(
     """Discover the fabric from the switches of a targets file (gNMI or SNMP)."""
 
     def body() -> int:
+        check_outputs(("-o", output, DATA_SUFFIXES), ("--json", json_path, None))
         targets_file = load_model(TargetsFile, targets).anchored(targets.parent)
         declared = load_fabric(compare) if compare is not None else None
         plan = AddressPlan.model_validate({"nic_network": nic_network}) if nic_network else None

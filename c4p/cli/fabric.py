@@ -7,14 +7,18 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
+from rich.console import Console
 
 from c4p import report
-from c4p.cli.common import JsonOption, console, emit, guarded, parse_sets
+from c4p.cli.common import JsonOption, QuietOption, console, emit, guarded, parse_sets, progress
+from c4p.cli.outputs import DATA_SUFFIXES, check_outputs
 from c4p.errors import C4pError
 from c4p.files import load_fabric, save_fabric
 from topology.analysis import summarize
 from topology.generators import GENERATORS, generate, sized_for_gpus
 from topology.generators.registry import FabricKind
+from topology.model import Fabric
+from topology.reach import cut_off
 
 fabric_app = typer.Typer(help="Generate and inspect fabric files.", no_args_is_help=True)
 
@@ -50,13 +54,16 @@ def fabric_generate(
         typer.Option("--set", help="A generator parameter, KEY=VALUE (repeatable)."),
     ] = None,
     json_path: JsonOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """Generate a leaf-spine, rail-optimized, fat-tree or dual-plane fabric."""
 
     def body() -> None:
+        check_outputs(("-o", output, DATA_SUFFIXES), ("--json", json_path, None))
         params = parse_sets(sets or [])
         try:
-            fabric = sized_for_gpus(kind, gpus, **params) if gpus else generate(kind, **params)
+            with progress(f"generating a {kind.value} fabric"):
+                fabric = sized_for_gpus(kind, gpus, **params) if gpus else generate(kind, **params)
         except ValidationError as exc:
             missing = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "missing"]
             if gpus is not None or not missing:
@@ -65,8 +72,12 @@ def fabric_generate(
             raise C4pError(
                 f"fabric {kind.value} needs a size: --gpus N, or {keys} (see --help for every key)"
             ) from None
-        save_fabric(fabric, output)
-        summary = summarize(fabric)
+        if gpus is not None:
+            _say_size(fabric, gpus, sets or [])
+        with progress(f"writing {output}"):
+            save_fabric(fabric, output)
+        with progress("summarizing"):
+            summary = summarize(fabric)
 
         def render() -> None:
             if str(output) == "-":  # the fabric went to standard output: nothing else there
@@ -79,17 +90,64 @@ def fabric_generate(
     guarded(body)
 
 
+def _say_size(fabric: Fabric, gpus: int, sets: list[str]) -> None:
+    """One line on standard error when the fabric has other than ``--gpus`` GPUs, and why:
+    a ``--set`` changed the shape sized for ``--gpus``, or the shape comes in whole units."""
+    built = sum(len(h.nics) for h in fabric.hosts)
+    if built == gpus:
+        return
+    shape = fabric.description.split(";")[0]
+    why = (
+        f"{' '.join(f'--set {s}' for s in sets)} changed the shape sized for it"
+        if sets
+        else "the shape comes in whole hosts and units, rounded up"
+    )
+    Console(stderr=True).print(
+        f"note: built {built:,} GPUs for --gpus {gpus:,}: {why} ({shape})",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 @fabric_app.command("show")
 def fabric_show(
     path: Annotated[Path, typer.Argument(help="Fabric file.")],
     json_path: JsonOption = None,
+    quiet: QuietOption = False,
 ) -> None:
-    """Counts, oversubscription per tier and bisection bandwidth of a fabric file."""
+    """Counts, oversubscription per tier and bisection bandwidth of a fabric file.
 
-    def body() -> None:
-        summary = summarize(load_fabric(path))
-        emit(
-            json_path, report.summary_json(summary), lambda: report.print_summary(console, summary)
-        )
+    Exit 1 (a finding) when NIC ports or leaves cannot reach the rest of the fabric over its
+    usable links (a cable down, a leaf without uplinks): they are named on standard error."""
 
-    guarded(body)
+    def body() -> int:
+        with progress(f"loading {path}"):
+            fabric = load_fabric(path)
+        with progress("summarizing"):
+            summary = summarize(fabric)
+            alone = cut_off(fabric)
+        data = report.summary_json(summary)
+        data["isolated_nic_ports"] = len(alone.nic_ports)
+        data["isolated_leaves"] = list(alone.leaves)
+        emit(json_path, data, lambda: report.print_summary(console, summary))
+        if alone:
+            err = Console(stderr=True)
+            for what, names in (("NIC ports", alone.nic_ports), ("leaves", alone.leaves)):
+                if names:
+                    err.print(
+                        f"warning: {len(names):,} {what} cannot reach the rest of the fabric "
+                        f"over usable links: {_some(names)}",
+                        highlight=False,
+                        soft_wrap=True,
+                    )
+        return 1 if alone else 0
+
+    code = guarded(body)
+    if code:
+        raise typer.Exit(code=code)
+
+
+def _some(names: tuple[str, ...], shown: int = 8) -> str:
+    """A bounded list: the first ``shown`` names and how many more."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more:,} more" if more > 0 else "")

@@ -11,6 +11,7 @@ import typer
 from c4p import report
 from c4p.cli.admin import CaFile, CertFile, KeyFile, ServerName, client_tls
 from c4p.cli.common import JsonOption, check_number, console, emit, guarded
+from c4p.cli.outputs import DATA_SUFFIXES, check_outputs
 from c4p.files import load_fabric, load_model, save_model
 from solver.jobs import JobsFile, Layout, Pattern
 from solver.patterns import derive_workload
@@ -54,6 +55,7 @@ def jobs_generate(
     """Place jobs on a fabric (no two jobs share a host) and write their flow intents."""
 
     def body() -> None:
+        check_outputs(("-o", output, DATA_SUFFIXES), ("--json", json_path, None))
         fabric = load_fabric(fabric_path)
         params = JobsGenParams.model_validate(
             {

@@ -13,6 +13,7 @@ from rich.console import Console
 from c4p import report
 from c4p.cli.common import (
     JsonOption,
+    QuietOption,
     Timings,
     bulk_allocation,
     check_number,
@@ -21,6 +22,7 @@ from c4p.cli.common import (
     guarded,
     progress,
 )
+from c4p.cli.outputs import DATA_SUFFIXES, check_kind, check_outputs
 from c4p.files import load_data, load_model, model_from_data, save_model, write_text
 from solver.ecmp import ecmp_paths
 from solver.evaluate import evaluate
@@ -135,19 +137,23 @@ def plan_cmd(
             "solve, write, evaluate, report) on standard error, and add them to --json.",
         ),
     ] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Plan every flow's path; compare with ECMP, greedy and the lower bound."""
 
     clock = Timings()
 
-    def body() -> None:
+    def body() -> int:
         check_number("--budget", budget, 0.0, 3600.0)
+        check_outputs(("-o", output, DATA_SUFFIXES), ("--json", json_path, None),
+                      ("--bindings", bindings_path, DATA_SUFFIXES))  # fmt: skip
         if strategy not in STRATEGIES:
             raise C4pError(f"--strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
         phase = clock.phase
         with progress(f"loading {fabric_path} and {jobs_path}"):
             with phase("load"):
                 fabric_data = load_data(fabric_path)
+                check_kind(fabric_data, fabric_path, "fabric")
             with phase("validate"):
                 base = model_from_data(Fabric, fabric_data, fabric_path)
                 # The parsed files go once validated (a 16k-GPU fabric's is 30 MB of dicts
@@ -157,6 +163,7 @@ def plan_cmd(
                 fabric = apply_link_changes(base, fail or [], drain or [])
             with phase("load"):
                 jobs_data = load_data(jobs_path)
+                check_kind(jobs_data, jobs_path, "jobs")
             with phase("validate"):
                 jobs = model_from_data(JobsFile, jobs_data, jobs_path)
                 del jobs_data
@@ -181,7 +188,7 @@ def plan_cmd(
             with phase("solve"):
                 result = plan(fabric, workload, previous, budget=budget, seed=seed,
                               strategy=strategy, problem=shared)  # fmt: skip
-        with phase("write"):
+        with progress(f"writing {output}"), phase("write"):
             if output.suffix.lower() == ".json":  # the common case: no model per flow
                 write_text(output, plan_json_text(fabric, result.flows, result.paths,
                                                   result.strategy, result.seed))  # fmt: skip
@@ -250,6 +257,32 @@ def plan_cmd(
             emit(json_path, data, render)
         if timings:
             Console(stderr=True).print(clock.line(), highlight=False)
+        return unroutable(workload.flows, result.unreachable)
 
     with bulk_allocation():
-        guarded(body)
+        code = guarded(body)
+    if code:
+        raise typer.Exit(code=code)
+
+
+def unroutable(flows: Sequence[Flow], lost: Sequence[str], shown: int = 10) -> int:
+    """Name the flows the fabric cannot deliver on standard error (a bounded list and the
+    count) and return the exit status: 1, a finding, when there are any.
+
+    Why a finding: the plan of the other flows is still written and may be "optimal", but the
+    jobs these flows belong to will not run (a NIC cable down, a leaf with no uplinks)."""
+    if not lost:
+        return 0
+    ends = {f.id: f"{f.src} -> {f.dst}" for f in flows}
+    err = Console(stderr=True)
+    err.print(
+        f"error: {len(lost):,} flows cannot be routed (no usable path between their NIC "
+        "ports); the plan holds the others",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for flow_id in lost[:shown]:
+        err.print(f"  {flow_id}: {ends.get(flow_id, '?')}", highlight=False, soft_wrap=True)
+    if len(lost) > shown:
+        err.print(f"  and {len(lost) - shown:,} more (all in --json: plan.unreachable)")
+    return 1

@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from c4p.cli.common import JsonOption, console, emit, fail, guarded
+from c4p.cli.outputs import check_outputs
+from c4p.cli.tables import WideOption, fitted
 from c4p.errors import C4pError
 
 if TYPE_CHECKING:
@@ -27,42 +30,57 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def render(report: RolloutReport) -> Table:
-    """The interval table as printed (also used by the rollout demo)."""
-    table = Table(
-        title=f"rollout report: {report.decisions} plans, intervals of {report.interval_s:g} s",
-        title_justify="left",
-    )
-    for name in (
-        "interval (s)",
-        "mode",
-        "jobs",
-        "busbw ECMP",
-        "busbw c4p",
-        "gain",
-        "re-plans",
-        "moves",
-        "pushed",
-        "failures",
-        "over-rate ECMP→c4p",
-    ):
-        table.add_column(name, justify="left" if name in ("mode",) else "right")
+COLUMNS = (
+    "interval (s)",
+    "mode",
+    "jobs",
+    "busbw ECMP",
+    "busbw c4p",
+    "gain",
+    "re-plans",
+    "moves",
+    "pushed",
+    "failures",
+    "over-rate ECMP→c4p",
+)
+
+
+def title(report: RolloutReport) -> str:
+    return f"rollout report: {report.decisions} plans, intervals of {report.interval_s:g} s"
+
+
+def cells(report: RolloutReport) -> list[list[str]]:
+    """One row of :data:`COLUMNS` per interval and mode, as printed."""
     origin = report.rows[0].start if report.rows else 0.0
+    out = []
     for r in report.rows:
         gain = r.gain
-        table.add_row(
-            f"{r.start - origin:g}–{r.end - origin:g}",
-            r.mode.value,
-            str(r.jobs),
-            _fmt(r.busbw_ecmp_gbps),
-            _fmt(r.busbw_c4p_gbps),
-            "-" if gain is None else f"{gain:+.0%}",
-            str(r.replans),
-            str(r.moves),
-            str(r.pushed),
-            str(r.failures),
-            f"{r.over_ecmp}→{r.over_c4p}",
+        out.append(
+            [
+                f"{r.start - origin:g}–{r.end - origin:g}",
+                r.mode.value,
+                str(r.jobs),
+                _fmt(r.busbw_ecmp_gbps),
+                _fmt(r.busbw_c4p_gbps),
+                "-" if gain is None else f"{gain:+.0%}",
+                str(r.replans),
+                str(r.moves),
+                str(r.pushed),
+                str(r.failures),
+                f"{r.over_ecmp}→{r.over_c4p}",
+            ]
         )
+    return out
+
+
+def render(report: RolloutReport) -> Table:
+    """The interval table at full width (the rollout demo prints it on a 120-column console;
+    ``c4p report`` fits the terminal with :func:`c4p.cli.tables.fitted`)."""
+    table = Table(title=title(report), title_justify="left")
+    for name in COLUMNS:
+        table.add_column(name, justify="left" if name == "mode" else "right", no_wrap=True)
+    for row in cells(report):
+        table.add_row(*row)
     return table
 
 
@@ -73,9 +91,18 @@ def report_cmd(
     store: Annotated[
         Path | None, typer.Option(help="Read this store file (SQLite) instead, read-only.")
     ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(help="File holding the admin credential (default: $C4P_ADMIN_TOKEN)."),
+    ] = None,
     token_env: Annotated[
-        str, typer.Option(help="Environment variable holding the admin token (--controller).")
-    ] = "C4P_ADMIN_TOKEN",
+        str | None,
+        typer.Option(
+            help="Deprecated: the environment variable holding the admin token (use "
+            "--token-file or $C4P_ADMIN_TOKEN, as c4p admin does).",
+            hidden=True,
+        ),
+    ] = None,
     ca_file: Annotated[
         Path | None, typer.Option(help="CA of the controller's certificate (TLS); else plaintext.")
     ] = None,
@@ -84,6 +111,7 @@ def report_cmd(
         Path | None, typer.Option("--plot", help="Write a plot over time here (PNG).")
     ] = None,
     json_path: JsonOption = None,
+    wide: WideOption = False,
 ) -> None:
     """Per interval and control mode: jobs, predicted busbw under ECMP and c4p, re-plans,
     moves, failures handled (from the decision log)."""
@@ -93,6 +121,7 @@ def report_cmd(
         fail(f"--interval: must be > 0 seconds, got {interval}")
     if plot_path is not None and plot_path.suffix.lower() != ".png":
         fail(f"--plot {plot_path}: the plot is written as PNG; name it *.png")
+    guarded(lambda: check_outputs(("--plot", plot_path, (".png",))))
 
     def body() -> None:
         from c4p import rollout
@@ -106,14 +135,15 @@ def report_cmd(
             except StoreError as exc:
                 raise C4pError(str(exc)) from None
         else:
-            found = _from_controller(controller or "", token_env, ca_file)
+            found = _from_controller(controller or "", _token(token_file, token_env), ca_file)
             decisions = [rollout.from_pb(d) for d in found]
         report = rollout.rollout(decisions, interval)
         if plot_path is not None:
             rollout.plot(report, plot_path)
 
         def show() -> None:
-            console.print(render(report))
+            right = [c for c in COLUMNS if c != "mode"]
+            fitted(console, title(report), COLUMNS, cells(report), right=right, wide=wide)
             if plot_path is not None:
                 console.print(f"wrote {plot_path}")
 
@@ -122,13 +152,30 @@ def report_cmd(
     guarded(body)
 
 
-def _from_controller(address: str, token_env: str, ca_file: Path | None) -> list[Any]:
+def _token(token_file: Path | None, token_env: str | None) -> str:
+    """The admin credential as every ``c4p admin`` command takes it (``--token-file``, else
+    ``$C4P_ADMIN_TOKEN``); ``--token-env NAME``, this command's old spelling, still works with a
+    note on standard error."""
+    from c4p.cli.admin import admin_token
+
+    if token_env is None or token_file is not None:
+        return admin_token(token_file)
+    Console(stderr=True).print(
+        "note: --token-env is deprecated; give --token-file FILE or set C4P_ADMIN_TOKEN, "
+        "as for c4p admin",
+        highlight=False,
+        soft_wrap=True,
+    )
+    token = os.environ.get(token_env, "").strip()
+    if not token:
+        raise C4pError(f"--token-env: environment variable {token_env!r} is not set")
+    return token
+
+
+def _from_controller(address: str, token: str, ca_file: Path | None) -> list[Any]:
     """The whole decision log of a running controller (oldest first)."""
     from c4p.client import AdminClient, ApiError, ClientTls
 
-    token = os.environ.get(token_env, "")
-    if not token:
-        raise C4pError(f"--token-env: environment variable {token_env!r} is not set")
     if ca_file is not None and not ca_file.is_file():
         raise C4pError(f"--ca-file: no such file: {ca_file}")
     tls = ClientTls(ca_file) if ca_file is not None else None

@@ -68,8 +68,24 @@ def dual_plane_for_gpus(
     return DualPlaneParams.model_validate({**shape, **overrides})
 
 
+RADICES = (64, 128, 256, 512)
+"""Switch radices :func:`fat_tree_for_gpus` tries, smallest first, when none is given: 64 ports
+(51.2 Tb/s at 800G), 128 (the same chip at 400G), and beyond for what a 3-tier tree of those
+cannot hold."""
+
+
+def _fat_tree_pods(gpus: int, nics_per_host: int, radix: int) -> int:
+    """How many pods of ``radix``-port switches ``gpus`` GPUs need (more than ``radix``: too
+    many for a core of that radix)."""
+    half = radix // 2
+    hosts = math.ceil(gpus / nics_per_host)
+    groups = max(math.ceil(hosts / half), min(2, hosts))  # rail groups of nics_per_host leaves
+    groups_per_pod_limit = half // nics_per_host
+    return max(math.ceil(groups / groups_per_pod_limit), min(2, groups))
+
+
 def fat_tree_for_gpus(
-    gpus: int, *, nics_per_host: int = 8, radix: int = 64, **overrides: Any
+    gpus: int, *, nics_per_host: int = 8, radix: int | None = None, **overrides: Any
 ) -> FatTreeParams:
     """A 1:1 three-tier fat-tree of ``radix``-port switches, rail-optimized within each pod.
 
@@ -78,12 +94,21 @@ def fat_tree_for_gpus(
     core uplinks as the pod has leaves, so every tier is non-blocking at uniform link speed.
     Uses the fewest pods, but at least two when there are two hosts or more, so paths cross the
     cores. 16,384 GPUs of 8 NICs and radix 64: 16 pods x (32 leaves, 32 aggs), 1,024 cores.
+
+    Without ``radix``, the smallest of :data:`RADICES` whose tree holds ``gpus`` (radix 64 up to
+    65,536 GPUs of 8 NICs; 131,072 GPUs take radix 128: 32 pods x (64 leaves, 64 aggs), 4,096
+    cores). A given ``radix`` that cannot hold them is refused, naming the radix that can.
     """
     _positive("gpus", gpus)
     _positive("nics_per_host", nics_per_host)
-    if radix < 2 or radix % 2:
-        raise ValueError(f"radix must be an even number >= 2, got {radix}")
-    half = radix // 2
+    chosen = radix
+    if chosen is None:
+        fits = [r for r in RADICES if r // 2 >= nics_per_host]
+        fits = [r for r in fits if _fat_tree_pods(gpus, nics_per_host, r) <= r] or fits[-1:]
+        chosen = fits[0] if fits else RADICES[0]
+    if chosen < 2 or chosen % 2:
+        raise ValueError(f"radix must be an even number >= 2, got {chosen}")
+    half = chosen // 2
     if nics_per_host > half:
         raise ValueError(
             f"nics_per_host ({nics_per_host}) must be at most radix/2 ({half}): a pod's leaves "
@@ -91,13 +116,17 @@ def fat_tree_for_gpus(
         )
     hosts = math.ceil(gpus / nics_per_host)
     groups = max(math.ceil(hosts / half), min(2, hosts))  # rail groups of nics_per_host leaves
-    groups_per_pod_limit = half // nics_per_host
-    pods = max(math.ceil(groups / groups_per_pod_limit), min(2, groups))
-    if pods > radix:
-        capacity = radix * groups_per_pod_limit * half * nics_per_host
+    pods = _fat_tree_pods(gpus, nics_per_host, chosen)
+    if pods > chosen:
+        capacity = chosen * (half // nics_per_host) * half * nics_per_host
+        larger = next(
+            (r for r in RADICES if r > chosen and _fat_tree_pods(gpus, nics_per_host, r) <= r),
+            None,
+        )
+        hint = f"; radix={larger} reaches it (--set radix={larger})" if larger else ""
         raise ValueError(
-            f"{gpus} GPUs need {pods} pods but a core of radix {radix} reaches {radix} pods "
-            f"(at most {capacity} GPUs of {nics_per_host} NICs)"
+            f"{gpus} GPUs need {pods} pods but a core of radix {chosen} reaches {chosen} pods "
+            f"(at most {capacity} GPUs of {nics_per_host} NICs){hint}"
         )
     groups_per_pod = math.ceil(groups / pods)
     hosts_per_leaf = math.ceil(hosts / (pods * groups_per_pod))
