@@ -11,9 +11,9 @@ import typer
 from c4p import report
 from c4p.cli.common import JsonOption, console, emit, guarded
 from c4p.files import load_fabric, save_model
-from solver.jobs import Layout, Pattern
-from solver.patterns import derive_workload
-from solver.placement import JobsGenParams, PlacementMode, generate_jobs
+from solver.workload.jobs import Layout, Pattern
+from solver.workload.patterns import derive_workload
+from solver.workload.placement import JobsGenParams, PlacementMode, generate_jobs
 
 
 class GenPattern(StrEnum):
