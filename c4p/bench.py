@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from solver.ecmp import ecmp_paths
-from solver.evaluate import Evaluation, evaluate
-from solver.flows import Workload
-from solver.jobs import CommunicatorSpec, JobsFile, JobSpec
-from solver.patterns import derive_workload
-from solver.placement import JobsGenParams, generate_jobs
 from solver.planner import plan
-from solver.result import Plan
+from solver.planning.result import Plan
+from solver.workload.flows import Workload
+from solver.workload.jobs import CommunicatorSpec, JobsFile, JobSpec
+from solver.workload.patterns import derive_workload
+from solver.workload.placement import JobsGenParams, generate_jobs
+from solver.yardstick.ecmp import ecmp_paths
+from solver.yardstick.evaluate import Evaluation, evaluate
 from topology.generators import generate, sized_for_gpus
 from topology.model import Fabric, LinkStatus
 

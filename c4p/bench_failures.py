@@ -26,8 +26,8 @@ capacity, in NIC line rates, every priority 1): ECMP on the degraded snapshot (m
 seeds), greedy and c4p planned from scratch on it, the best lower bound, c4p's re-plan from the
 plan in force, the two wall times, and the flows the re-plan moved beside a lower bound on the
 flows any plan reaching the same utilization must move: the larger of the planner's counting
-bound (:func:`solver.repair.min_moves`) and, where that is below the moves, the relaxation bound
-of :func:`solver.moves.fewest_moves` (proven, as is the minimum when the two meet).
+bound (:func:`solver.repair.evict.min_moves`) and, where that is below the moves, the relaxation
+bound of :func:`solver.repair.moves.fewest_moves` (proven, as is the minimum when the two meet).
 """
 
 from __future__ import annotations
@@ -43,18 +43,18 @@ from typing import Any
 import numpy as np
 
 from c4p.bench import ECMP_SEEDS, permutation_jobs
-from solver.ecmp import ecmp_paths
-from solver.fattree import FatTreeShape, analyse
-from solver.flows import Workload
-from solver.incremental import match_previous
-from solver.moves import FewestMoves, fewest_moves
-from solver.patterns import derive_workload
+from solver.bounds.treefewest import previous_options, tree_moves_bound
+from solver.bounds.treewithin import fewest_within
+from solver.exact.fattree import FatTreeShape, analyse
 from solver.planner import flow_weights, plan
-from solver.problem import Problem, build_problem
-from solver.repair import repair
-from solver.result import Plan
-from solver.treefewest import previous_options, tree_moves_bound
-from solver.treewithin import fewest_within
+from solver.planning.result import Plan
+from solver.repair.evict import repair
+from solver.repair.moves import FewestMoves, fewest_moves
+from solver.space.incremental import match_previous
+from solver.space.problem import Problem, build_problem
+from solver.workload.flows import Workload
+from solver.workload.patterns import derive_workload
+from solver.yardstick.ecmp import ecmp_paths
 from topology.generators import sized_for_gpus
 from topology.index import IntArray
 from topology.model import Fabric, LinkStatus
@@ -73,10 +73,10 @@ RESTORED = KINDS[0]
 
 LOOKAHEAD = 3
 """Flows needing a chain whose every placement the offline repair tries (see
-:func:`solver.repair.repair`)."""
+:func:`solver.repair.evict.repair`)."""
 
 LEAST_MOVES_SECONDS = 150.0
-"""Time per row for :func:`solver.moves.fewest_moves` where the re-plan's moves are above the
+"""Time per row for :func:`solver.repair.moves.fewest_moves` where the re-plan's moves are above the
 planner's own bound on them (offline figures, not part of the re-plan's time). Its LP rounds
 prove the 2-tier rows' minima in 20-40 s on a quiet machine (16,384 GPUs: a model of 4.2
 million entries, 2 GB); the time is generous so that a loaded machine proves them too."""
@@ -259,8 +259,8 @@ def least_moves(
     snapshot: Fabric, workload: Workload, before: Plan, after: Plan, seconds: float
 ) -> tuple[int, bool, int]:
     """A proven lower bound on the flows any plan at ``after``'s utilization (per component)
-    must move from ``before``, whether it is the exact minimum (:mod:`solver.moves`; on a
-    fat-tree first the aggregated LP of :mod:`solver.treefewest`), and
+    must move from ``before``, whether it is the exact minimum (:mod:`solver.repair.moves`; on a
+    fat-tree first the aggregated LP of :mod:`solver.bounds.treefewest`), and
     the fewest moves found by any means (a repair looking ahead over its chains, one placing
     the stuck flows' chains together, and on a fat-tree the LP restricted to the flows around
     the re-plan's moves, :func:`_fewest_near`; where the minimum is not proven): the minimum
@@ -318,7 +318,7 @@ def _fewest_near(
     z: float,
 ) -> int:
     """The fewest moves of the plans that move only flows at the ends of the re-plan's moved
-    flows and at the leaves of one more pod (:mod:`solver.treewithin`), for each of the
+    flows and at the leaves of one more pod (:mod:`solver.bounds.treewithin`), for each of the
     :data:`NEAR_PODS` pods holding most ends of the displaced flows (then of all moved);
     ``len(members)`` if none is found."""
     s, t, _, _ = previous_options(problem, members, mine, shape)
@@ -353,7 +353,7 @@ SEARCH_SECONDS = 20.0
 (the fewest moves found, the upper end of a range)."""
 
 TREE_BOUND_SECONDS = 420.0
-"""Time for the fat-tree moves bound's LP (:mod:`solver.treefewest`): 6-150 s at 4,096 GPUs
+"""Time for the fat-tree moves bound's LP (:mod:`solver.bounds.treefewest`): 6-150 s at 4,096 GPUs
 on a loaded machine (HiGHS's simplex); at 16,384, PDLP with every row, about 70 s (the 3-tier
 light uplink: 15, where HiGHS with generated rows reached 13 in this time)."""
 

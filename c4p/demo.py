@@ -15,12 +15,12 @@ from rich.console import Console
 
 from c4p import report
 from c4p.files import save_fabric, save_model
-from solver.ecmp import ecmp_paths
-from solver.evaluate import evaluate
-from solver.jobs import CommunicatorSpec, JobsFile, JobSpec
-from solver.patterns import derive_workload
-from solver.placement import place_hosts
 from solver.planner import plan
+from solver.workload.jobs import CommunicatorSpec, JobsFile, JobSpec
+from solver.workload.patterns import derive_workload
+from solver.workload.placement import place_hosts
+from solver.yardstick.ecmp import ecmp_paths
+from solver.yardstick.evaluate import evaluate
 from topology.analysis import summarize
 from topology.generators import RailOptimizedParams, rail_optimized
 

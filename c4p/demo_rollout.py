@@ -37,9 +37,9 @@ from c4p.client.mirror import BindingMirror
 from c4p.demo_service import realized
 from c4p.rollout import from_pb, plot, rollout
 from c4p.service.embedded import EmbeddedService, embedded_config
-from solver.jobs import CommunicatorSpec, JobsFile, JobSpec
-from solver.patterns import derive_workload
-from solver.placement import place_hosts
+from solver.workload.jobs import CommunicatorSpec, JobsFile, JobSpec
+from solver.workload.patterns import derive_workload
+from solver.workload.placement import place_hosts
 from topology.generators import RailOptimizedParams, rail_optimized
 from topology.model import Fabric, LinkStatus
 

@@ -31,12 +31,12 @@ from c4p.client import AdminClient, BindingWatch, FlowIntentClient, communicator
 from c4p.client.emulated import EmulatedTransport
 from c4p.client.mirror import QpId
 from c4p.service.embedded import EmbeddedService, embedded_config
-from solver.ecmp import ecmp_paths
-from solver.evaluate import Evaluation, evaluate
-from solver.flows import Workload
-from solver.jobs import CommunicatorSpec, JobsFile, JobSpec
-from solver.patterns import derive_workload
-from solver.placement import place_hosts
+from solver.workload.flows import Workload
+from solver.workload.jobs import CommunicatorSpec, JobsFile, JobSpec
+from solver.workload.patterns import derive_workload
+from solver.workload.placement import place_hosts
+from solver.yardstick.ecmp import ecmp_paths
+from solver.yardstick.evaluate import Evaluation, evaluate
 from topology.forwarding import forward_many
 from topology.generators import RailOptimizedParams, rail_optimized
 from topology.model import Fabric, LinkStatus

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from solver.evaluate import Evaluation
-from solver.flows import Flow
-from solver.jobs import JobsFile
-from solver.result import Plan
+from solver.planning.result import Plan
+from solver.workload.flows import Flow
+from solver.workload.jobs import JobsFile
+from solver.yardstick.evaluate import Evaluation
 from topology.model import Fabric
 
 if TYPE_CHECKING:  # networkx is a tenth of a second to import, and plan never needs it

@@ -16,26 +16,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-# ``evaluate`` is both a submodule and a function: importing the submodule sets the package's
-# attribute to the module, so the function is bound here, at once (the module is light).
-from solver.evaluate import evaluate
-
 if TYPE_CHECKING:
-    from solver.ecmp import EcmpResult, ecmp_paths, random_qpns
     from solver.errors import JobError, LocatedError, PlacementError, PlanError, SolverError
-    from solver.evaluate import (
-        CommunicatorResult,
-        Evaluation,
-        JobResult,
-        LinkLoad,
-        PairResult,
-        busbw_factor,
-        reference_line_rate,
-        switch_resources,
-    )
-    from solver.fairness import Incidence, bottleneck_certificate, max_min_fair_rates, resource_load
-    from solver.flows import Communicator, Connection, Flow, Workload
-    from solver.jobs import (
+    from solver.planner import STRATEGIES, flow_weights, plan
+    from solver.planning.plans import PlanFile, PlannedFlow, paths_from_plan, plan_from_paths
+    from solver.planning.result import Bounds, Part, Plan
+    from solver.space.problem import Objective
+    from solver.workload.flows import Communicator, Connection, Flow, Workload
+    from solver.workload.jobs import (
         Collective,
         CommunicatorSpec,
         ConnectionSpec,
@@ -46,25 +34,39 @@ if TYPE_CHECKING:
         RankSpec,
         check_jobs,
     )
-    from solver.patterns import derive_workload, flows_for_jobs
-    from solver.placement import JobsGenParams, PlacementMode, generate_jobs, place_hosts
-    from solver.planner import STRATEGIES, flow_weights, plan
-    from solver.plans import PlanFile, PlannedFlow, paths_from_plan, plan_from_paths
-    from solver.problem import Objective
-    from solver.result import Bounds, Part, Plan
+    from solver.workload.patterns import derive_workload, flows_for_jobs
+    from solver.workload.placement import JobsGenParams, PlacementMode, generate_jobs, place_hosts
+    from solver.yardstick.ecmp import EcmpResult, ecmp_paths, random_qpns
+    from solver.yardstick.evaluate import (
+        CommunicatorResult,
+        Evaluation,
+        JobResult,
+        LinkLoad,
+        PairResult,
+        busbw_factor,
+        evaluate,
+        reference_line_rate,
+        switch_resources,
+    )
+    from solver.yardstick.fairness import (
+        Incidence,
+        bottleneck_certificate,
+        max_min_fair_rates,
+        resource_load,
+    )
 
 _MODULES = (
     "errors",
-    "flows",
-    "jobs",
-    "result",
-    "problem",
-    "fairness",
-    "ecmp",
-    "evaluate",
-    "patterns",
-    "placement",
-    "plans",
+    "workload.flows",
+    "workload.jobs",
+    "planning.result",
+    "space.problem",
+    "yardstick.fairness",
+    "yardstick.ecmp",
+    "yardstick.evaluate",
+    "workload.patterns",
+    "workload.placement",
+    "planning.plans",
     "planner",
 )
 """Where the names of ``__all__`` live, searched in this order on first use."""

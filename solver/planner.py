@@ -6,7 +6,7 @@ both call :func:`plan` (the solver is a function) and get a :class:`Plan` that s
 what it chose, how good that is, what no plan can beat, and what moved.
 
 **Objective**, lexicographic: (1) the maximum utilization of a switch-to-switch link, load being
-``rate x job priority`` per flow and utilization as in :mod:`solver.evaluate` (``load *
+``rate x job priority`` per flow and utilization as in :mod:`solver.yardstick.evaluate` (``load *
 reference / capacity``); (2) for a fresh plan, the number of links at that maximum; (3) the
 flows moved from ``previous``. With a previous plan, moves come *before* links-at-max: a live QP
 is only moved when the maximum needs it, never to shave a tie (a bulk-synchronous job runs at
@@ -18,36 +18,38 @@ bottleneck still gets its own lowest maximum, even if that moves one of its flow
 link: planes, rails of rail-aligned traffic) under strategy ``auto``:
 
 1. two tiers, equal weights, every pair able to use every spine at one capacity:
-   exact colouring (:mod:`solver.coloring`) — optimal, in milliseconds;
+   exact colouring (:mod:`solver.exact.coloring`) — optimal, in milliseconds;
 2. a 3-tier fat-tree with equal weights and every link up: the stage-wise colouring of
-   :mod:`solver.fattree` — taken as it is when it meets its bound, else compared with greedy
+   :mod:`solver.exact.fattree` — taken as it is when it meets its bound, else compared with greedy
    (a fresh plan colours all such parts in one call first and keeps each part's share that
    meets its own bound: 400 rails of a 16k-GPU ring in one call rather than 400);
-3. otherwise the greedy least-loaded heuristic (:mod:`solver.greedy`);
-4. while the result is above the best lower bound (:mod:`solver.bounds`) and time remains:
-   the LP bound where cheap, then CP-SAT (:mod:`solver.cpsat`) hinted with the incumbent, kept
-   only if better. So ``auto`` is never worse than greedy.
+3. otherwise the greedy least-loaded heuristic (:mod:`solver.search.greedy`);
+4. while the result is above the best lower bound (:mod:`solver.bounds.combinatorial`) and time
+remains:
+   the LP bound where cheap, then CP-SAT (:mod:`solver.search.cpsat`) hinted with the incumbent,
+   kept only if better. So ``auto`` is never worse than greedy.
 
 Other strategies: ``exact`` (refuses sub-problems it cannot solve exactly), ``cpsat`` (greedy
-hint, then always CP-SAT), ``greedy``, ``ecmp`` (the unplanned baseline of :mod:`solver.ecmp`).
+hint, then always CP-SAT), ``greedy``, ``ecmp`` (the unplanned baseline of
+:mod:`solver.yardstick.ecmp`).
 
 **Degraded fabrics** (links down or drained): where the healthy methods no longer apply, a
 fat-tree is coloured at the bound with the lost links' colours given no room (method
-``degraded``, :mod:`solver.degraded`); where that finds none, the intact fabric is coloured
+``degraded``, :mod:`solver.repair.degraded`); where that finds none, the intact fabric is coloured
 exactly (every link taken as up) and the flows whose colour is gone are repaired to the bound
-(:mod:`solver.repair`; on 2 tiers with two-spine exchanges, :mod:`solver.kempe`). Meeting the
-bound proves the part optimal; otherwise the search below runs as before.
+(:mod:`solver.repair.evict`; on 2 tiers with two-spine exchanges, :mod:`solver.repair.kempe`).
+Meeting the bound proves the part optimal; otherwise the search below runs as before.
 
-**Re-planning** (``previous`` given; :mod:`solver.incremental` decides which flows may stay). A
-sub-problem whose flows may all stay and that is still at its bound is kept as it is (``kept``:
+**Re-planning** (``previous`` given; :mod:`solver.space.incremental` decides which flows may stay).
+A sub-problem whose flows may all stay and that is still at its bound is kept as it is (``kept``:
 the common case, checked for all at once). Otherwise ``auto`` repairs the previous plan to the
 bound: flows that may stay do, flows on over-full links are evicted, the rest are re-placed
 (``repair``; on a fat-tree of equal weights first by chains over its layered link counts,
-:mod:`solver.treemoves`, which never reads a path row: ``tree-repair``). If that misses the
+:mod:`solver.repair.treemoves`, which never reads a path row: ``tree-repair``). If that misses the
 bound, the part is planned as a full plan and then repaired from the previous plan at the
 utilization that reached, keeping the best by (max utilization, moves, links at max). The plan
-reports a lower bound on the moves (:func:`solver.repair.min_moves`); where the repair moves
-more than that and the part is small, :func:`solver.moves.fewest_moves` looks for the exact
+reports a lower bound on the moves (:func:`solver.repair.evict.min_moves`); where the repair moves
+more than that and the part is small, :func:`solver.repair.moves.fewest_moves` looks for the exact
 fewest (within a quarter second) and its proven bound raises the reported one. The snapshot's
 candidate paths are derived from the previous plan's when only links went away. Strategy
 ``greedy`` keeps the old behaviour (keep what may stay, place the rest greedily).
@@ -73,16 +75,16 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from solver.assemble import assemble, ecmp_choice
-from solver.bounds import lp_bound, round_up
-from solver.components import Component, meets, objective, split
+from solver.bounds.combinatorial import lp_bound, round_up
 from solver.errors import SolverError
-from solver.flows import Flow, Workload
-from solver.greedy import exact_reason, exact_spines, place_exact, place_greedy
-from solver.incremental import Previous, match_previous
-from solver.problem import SAME_LEAF, Problem, build_problem
-from solver.result import Plan
-from solver.structured import Option, Structured
+from solver.planning.assemble import assemble, ecmp_choice
+from solver.planning.components import Component, meets, objective, split
+from solver.planning.result import Plan
+from solver.planning.structured import Option, Structured
+from solver.search.greedy import exact_reason, exact_spines, place_exact, place_greedy
+from solver.space.incremental import Previous, match_previous
+from solver.space.problem import SAME_LEAF, Problem, build_problem
+from solver.workload.flows import Flow, Workload
 from topology.index import FloatArray, IntArray
 from topology.model import Fabric
 
@@ -97,14 +99,14 @@ BUILD_SECONDS_PER_PATH = 2e-5
 """Rough cost of building a CP-SAT model, per candidate variable, measured on 2 cores."""
 
 LAZY = (
-    "solver.cpsat",
-    "solver.moves",
-    "solver.repair",
-    "solver.chains",
-    "solver.jointchains",
-    "solver.kempe",
-    "solver.degraded",
-    "solver.treemoves",
+    "solver.search.cpsat",
+    "solver.repair.moves",
+    "solver.repair.evict",
+    "solver.repair.chains",
+    "solver.repair.jointchains",
+    "solver.repair.kempe",
+    "solver.repair.degraded",
+    "solver.repair.treemoves",
 )
 """Modules this planner imports only where it uses them: re-plans (repair, chains, fewest
 moves), degraded fabrics and parts above their bound (CP-SAT). A fresh plan on an intact
@@ -125,7 +127,7 @@ LP_SHARE = 0.25
 
 POLISH_SECONDS = 0.25
 """Most a re-plan spends in all looking for fewer moves than its repairs made
-(:mod:`solver.moves`)."""
+(:mod:`solver.repair.moves`)."""
 
 POLISH_OPTIONS = 4000
 """Largest neighbourhood (candidates of its free flows) that search takes on: milliseconds."""
@@ -287,9 +289,9 @@ class _Planner:
                 weights = problem.weight[c.flows]
                 if self.structured.intact_shape() is not None and np.all(weights == weights[:1]):
                     # a fat-tree of equal weights: chains over its layered counts first
-                    # (solver.treemoves); where they apply and fail on a large part, the generic
-                    # repair (the same chains on path rows, slower; on a small part the exact
-                    # fewest moves follow it) is skipped for the degraded colouring
+                    # (solver.repair.treemoves); where they apply and fail on a large part, the
+                    # generic repair (the same chains on path rows, slower; on a small part the
+                    # exact fewest moves follow it) is skipped for the degraded colouring
                     applies, moved = self.structured.tree_repair(c, prior)
                     if moved is not None:
                         c.choice, c.method = self.fewer_moves(c, prior, moved), "tree-repair"
@@ -300,7 +302,7 @@ class _Planner:
                         deadline = 0.0
                 fixed = None
                 if deadline > 0.0:
-                    from solver.repair import repair  # re-plans only (see LAZY)
+                    from solver.repair.evict import repair  # re-plans only (see LAZY)
 
                     grid = self.structured.grid(c)
                     fixed = repair(problem, c.flows, prior, c.best, grid, deadline=deadline)
@@ -344,7 +346,7 @@ class _Planner:
         if prior is not None and self.strategy == "auto" and not meets(z, c.best):
             # The same max utilization with fewer moves: repair the previous plan to it (at
             # the bound the first repair already tried and failed).
-            from solver.repair import repair  # re-plans only (see LAZY)
+            from solver.repair.evict import repair  # re-plans only (see LAZY)
 
             fixed = repair(
                 problem, c.flows, prior, z, self.structured.grid(c), deadline=self.slice()
@@ -355,10 +357,10 @@ class _Planner:
 
     def fewer_moves(self, c: Component, prior: IntArray, choice: IntArray) -> IntArray:
         """A repair at the bound that moves more than the counting bound allows, on a
-        component small enough for it: the exact fewest moves of :mod:`solver.moves` (its
+        component small enough for it: the exact fewest moves of :mod:`solver.repair.moves` (its
         bound is kept for the report either way)."""
-        from solver.moves import fewest_moves  # re-plans only (see LAZY)
-        from solver.repair import min_moves
+        from solver.repair.evict import min_moves
+        from solver.repair.moves import fewest_moves  # re-plans only (see LAZY)
 
         assert self.previous is not None
         problem = self.problem
@@ -411,7 +413,7 @@ class _Planner:
         if left < MIN_SEARCH_SECONDS + BUILD_SECONDS_PER_PATH * paths:
             c.notes += (f"CP-SAT skipped: {max(left, 0):.3f} s left for {paths:,} candidates",)
         else:
-            from solver.cpsat import solve_cpsat  # parts above their bound only (see LAZY)
+            from solver.search.cpsat import solve_cpsat  # parts above their bound only (see LAZY)
 
             outcome = solve_cpsat(
                 problem,
@@ -451,7 +453,7 @@ def plan(
     for an unknown strategy or a negative budget, :class:`solver.errors.PlanError` for flows the
     fabric does not have, :class:`solver.errors.SolverError` when ``exact`` does not apply.
 
-    ``problem``: one :func:`solver.problem.build_problem` made for these flows and weights on
+    ``problem``: one :func:`solver.space.problem.build_problem` made for these flows and weights on
     ``snapshot``, for a caller planning them twice (``c4p plan`` runs greedy beside c4p: one
     build of a 16k-GPU problem is a tenth of a second). Used only for a fresh plan of exactly
     those flows; otherwise built here as usual.

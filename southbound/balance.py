@@ -3,7 +3,7 @@
 Why: on dual-plane (HPN) or bonded-NIC fabrics each NIC has two ports, and which port a QP
 leaves on decides which plane (or which ToR) carries it. Path planning cannot fix a bad choice
 here: if most QPs of a NIC sit on port 0, port 0 is the bottleneck whatever the spines do. The
-flow derivation (``solver.patterns``) alternates ports per connection (QP ``g`` on port
+flow derivation (``solver.workload.patterns``) alternates ports per connection (QP ``g`` on port
 ``g mod ports``); that is even inside a connection of many QPs, but blind across connections: with
 one QP per connection every QP of every NIC lands on port 0 and plane 1 idles, and with three
 QPs every connection puts two on port 0.

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 from hypothesis import strategies as st
 
-from solver.flows import Flow
-from solver.result import Plan
+from solver.planning.result import Plan
+from solver.workload.flows import Flow
 from topology.generators import (
     FatTreeParams,
     LeafSpineParams,

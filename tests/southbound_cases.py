@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from solver import JobsGenParams, flows_for_jobs, generate_jobs
-from solver.flows import Flow
+from solver.workload.flows import Flow
 from southbound import QpRoute, round_robin_paths, routes_from_flows
 from topology.generators import (
     DualPlaneParams,

@@ -441,7 +441,8 @@ def test_the_agent_process_does_not_load_the_planner(tmp_path: Path) -> None:
         f"sys.argv = ['c4p', 'agent', '-c', {str(config)!r}, '--check']\n"
         "from c4p.cli import main\n"
         "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
-        "print(sorted(m for m in ('ortools', 'pandas', 'solver.cpsat') if m in sys.modules))\n"
+        "print(sorted(m for m in ('ortools', 'pandas', 'solver.search.cpsat')"
+        " if m in sys.modules))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True

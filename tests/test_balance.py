@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from solver import JobsGenParams, derive_workload, generate_jobs
-from solver.flows import Flow
+from solver.workload.flows import Flow
 from southbound import (
     balance_ports,
     bindings_for_paths,

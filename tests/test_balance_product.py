@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from c4p.cli import app
 from c4p.client import communicator
 from c4p.files import save_fabric, save_model
-from solver.jobs import CommunicatorSpec, JobsFile, JobSpec
+from solver.workload.jobs import CommunicatorSpec, JobsFile, JobSpec
 from topology.generators import DualPlaneParams, dual_plane
 from topology.model import Fabric
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from c4p import bench
-from solver.placement import JobsGenParams
+from solver.workload.placement import JobsGenParams
 from topology.generators import generate
 from topology.model import Fabric
 

@@ -8,10 +8,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planning_cases import brute_force_optimum, combinations, flow_sets, make_flows, small_fabrics
 
-import solver.bounds as bounds_module
-from solver.bounds import as_integers, combinatorial_bounds, integral_units, lp_bound, round_up
-from solver.flows import Flow
-from solver.problem import Problem, build_problem
+import solver.bounds.combinatorial as bounds_module
+from solver.bounds.combinatorial import (
+    as_integers,
+    combinatorial_bounds,
+    integral_units,
+    lp_bound,
+    round_up,
+)
+from solver.space.problem import Problem, build_problem
+from solver.workload.flows import Flow
 from topology.generators import FatTreeParams, LeafSpineParams, fat_tree, leaf_spine
 from topology.model import Fabric
 

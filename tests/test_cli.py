@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 
 from c4p.cli import app
 from c4p.files import load_fabric, load_model, save_model
-from solver.ecmp import ecmp_paths
-from solver.jobs import JobsFile
-from solver.patterns import derive_workload
-from solver.plans import plan_from_paths
+from solver.planning.plans import plan_from_paths
+from solver.workload.jobs import JobsFile
+from solver.workload.patterns import derive_workload
+from solver.yardstick.ecmp import ecmp_paths
 
 runner = CliRunner()
 

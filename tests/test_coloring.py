@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
-from solver.coloring import (
+from solver.exact.coloring import (
     assign_spines,
     assign_spines_stable,
     link_loads,

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planning_cases import TWO_TIER_FABRICS, flow_sets, switch_links
 
-from solver import problem as problem_module
-from solver.bounds import combinatorial_bounds
-from solver.flows import Flow
-from solver.problem import Problem, build_problem, propagate
+from solver.bounds.combinatorial import combinatorial_bounds
+from solver.space import problem as problem_module
+from solver.space.problem import Problem, build_problem, propagate
+from solver.workload.flows import Flow
 from topology.generators import DualPlaneParams, dual_plane
 from topology.model import Fabric, LinkStatus
 

@@ -15,10 +15,10 @@ from planning_cases import (
     utilization,
 )
 
-from solver.cpsat import integer_scales, solve_cpsat
-from solver.flows import Flow
-from solver.greedy import place_greedy
-from solver.problem import Problem, build_problem
+from solver.search.cpsat import integer_scales, solve_cpsat
+from solver.search.greedy import place_greedy
+from solver.space.problem import Problem, build_problem
+from solver.workload.flows import Flow
 from topology.generators import LeafSpineParams, leaf_spine
 from topology.index import IntArray
 from topology.model import Fabric

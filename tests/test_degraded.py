@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 from planning_cases import assert_valid, make_flows, ports, switch_links
 
-from solver.flows import Flow
-from solver.moves import FewestMoves
 from solver.planner import plan
-from solver.problem import Problem, build_problem
-from solver.result import Plan
+from solver.planning.result import Plan
+from solver.repair.moves import FewestMoves
+from solver.space.problem import Problem, build_problem
+from solver.workload.flows import Flow
 from topology.generators import (
     FatTreeParams,
     LeafSpineParams,
@@ -226,7 +226,7 @@ def _parts_at(
     ``-2`` none) and the utilization ``after`` reaches there (what its moves are measured at)."""
     import numpy as np
 
-    from solver.incremental import match_previous
+    from solver.space.incremental import match_previous
 
     prior = match_previous(problem, before.flows, before.paths, before.snapshot)
     now = match_previous(problem, after.flows, after.paths, after.snapshot)
@@ -245,8 +245,8 @@ def _parts_at(
 def _relaxed_moves(
     problem: Problem, before: Plan, after: Plan, seconds: float
 ) -> list[FewestMoves]:
-    """:func:`solver.moves.fewest_moves` on every part (no incumbent: its own search)."""
-    from solver.moves import fewest_moves as neighbourhood_moves
+    """:func:`solver.repair.moves.fewest_moves` on every part (no incumbent: its own search)."""
+    from solver.repair.moves import fewest_moves as neighbourhood_moves
 
     return [
         neighbourhood_moves(problem, members, mine, z, time_limit=seconds)
@@ -259,12 +259,12 @@ def _relaxed_moves(
 def test_the_relaxation_bound_on_moves_never_exceeds_the_exact_minimum(
     case: tuple[str, Fabric, list[Flow]],
 ) -> None:
-    """:func:`solver.moves.fewest_moves` (CP-SAT on a growing neighbourhood of the planner's
+    """:func:`solver.repair.moves.fewest_moves` (CP-SAT on a growing neighbourhood of the planner's
     own candidates) against the independent model: its bound is a bound, and a minimum it
     claims proven is the minimum."""
     import numpy as np
 
-    from solver.problem import build_problem
+    from solver.space.problem import build_problem
 
     name, snapshot, flows = case
     flows = _reachable(snapshot, flows)
@@ -349,8 +349,8 @@ def test_matching_an_aligned_previous_plan_equals_matching_flow_by_flow(
     """The array fast path (same flows, same order) and the id-by-id path agree."""
     import numpy as np
 
-    from solver.incremental import match_previous
-    from solver.problem import build_problem
+    from solver.space.incremental import match_previous
+    from solver.space.problem import build_problem
 
     name, snapshot, flows = case
     flows = _reachable(snapshot, flows)
@@ -416,9 +416,9 @@ def test_an_offline_repair_looking_ahead_stays_valid_and_above_the_minimum(
     the utilization it was asked for, and never claims fewer moves than the exact minimum."""
     import numpy as np
 
-    from solver.incremental import match_previous
-    from solver.problem import build_problem
-    from solver.repair import repair
+    from solver.repair.evict import repair
+    from solver.space.incremental import match_previous
+    from solver.space.problem import build_problem
 
     healthy, snapshot, flows = case
     flows = _reachable(snapshot, flows)
@@ -480,9 +480,9 @@ def _joint_case(
     import numpy as np
     from planning_cases import utilization
 
-    from solver.incremental import match_previous
-    from solver.problem import build_problem
-    from solver.repair import repair
+    from solver.repair.evict import repair
+    from solver.space.incremental import match_previous
+    from solver.space.problem import build_problem
 
     healthy, snapshot, flows = case
     flows = _reachable(snapshot, flows)
@@ -581,9 +581,9 @@ def test_fewest_moves_on_a_full_fabric_proves_the_independent_minimum() -> None:
 
     from c4p.bench import permutation_jobs
     from c4p.bench_failures import failures
-    from solver.patterns import derive_workload
     from solver.planner import flow_weights
-    from solver.problem import build_problem
+    from solver.space.problem import build_problem
+    from solver.workload.patterns import derive_workload
     from topology.generators import generate
 
     fabric = generate(
@@ -619,17 +619,17 @@ def test_fewest_moves_on_a_full_fabric_proves_the_independent_minimum() -> None:
 def test_the_fat_tree_moves_bound_never_exceeds_the_independent_minimum(
     k: int, seed: int, kind: str
 ) -> None:
-    """:func:`solver.treefewest.tree_moves_bound` (an LP over per-agg and per-core counts) on
+    """:func:`solver.bounds.treefewest.tree_moves_bound` (an LP over per-agg and per-core counts) on
     full fat-trees (a shuffled exchange) after a failure, against the independent CP-SAT
     minimum over routing's own paths: a bound, and stronger than the planner's counting bound
     (which only counts the flows that crossed a failed link and the excess per layer)."""
 
     from c4p.bench import permutation_jobs
     from c4p.bench_failures import failures
-    from solver.fattree import analyse
-    from solver.patterns import derive_workload
+    from solver.bounds.treefewest import tree_moves_bound
+    from solver.exact.fattree import analyse
     from solver.planner import flow_weights
-    from solver.treefewest import tree_moves_bound
+    from solver.workload.patterns import derive_workload
 
     fabric = fat_tree(FatTreeParams.model_validate({"k": k}))
     workload = derive_workload(fabric, permutation_jobs(2, seed=seed)(fabric))
@@ -658,16 +658,16 @@ def test_the_fat_tree_moves_bound_by_pdlp_equals_the_simplex_one(
     k: int, seed: int, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The fat-tree moves bound of a large model (as on 16,384 GPUs) comes from PDLP's duals
-    (solver.dualbound's Lagrangian), not HiGHS's simplex: forced onto that path on small
+    (solver.bounds.dualbound's Lagrangian), not HiGHS's simplex: forced onto that path on small
     fat-trees, it is the same bound as the simplex's exact one, marked exact, and says how it
     was found; PDLP stopped after three iterations still gives one from its last duals, never
     above it and not marked exact (here only the displaced flows: rough duals bound little)."""
     from c4p.bench import permutation_jobs
     from c4p.bench_failures import failures
-    from solver import treefewest
-    from solver.fattree import analyse
-    from solver.patterns import derive_workload
+    from solver.bounds import treefewest
+    from solver.exact.fattree import analyse
     from solver.planner import flow_weights
+    from solver.workload.patterns import derive_workload
 
     fabric = fat_tree(FatTreeParams.model_validate({"k": k}))
     workload = derive_workload(fabric, permutation_jobs(2, seed=seed)(fabric))

@@ -1,4 +1,5 @@
-"""The degraded fat-tree colouring (:mod:`solver.degraded`) against routing and a lower bound.
+"""The degraded fat-tree colouring (:mod:`solver.repair.degraded`) against routing and a lower
+bound.
 
 Why: the colouring claims that a result takes only usable links (so only routing's equal-cost
 paths) and loads no switch link above its target; when the target is a lower bound that makes
@@ -13,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planning_cases import make_flows, ports, switch_links
 
-from solver.bounds import combinatorial_bounds
-from solver.degraded import assign_degraded
-from solver.fattree import FatTreeShape, analyse
+from solver.bounds.combinatorial import combinatorial_bounds
+from solver.exact.fattree import FatTreeShape, analyse
 from solver.planner import plan
-from solver.problem import build_problem
+from solver.repair.degraded import assign_degraded
+from solver.space.problem import build_problem
 from topology.generators import FatTreeParams, fat_tree
 from topology.model import Fabric, LinkStatus
 

@@ -1,5 +1,5 @@
-"""The Lagrangian bound from row multipliers (solver.dualbound), against LP optima found by two
-solvers the project did not write (OR-Tools' GLOP and HiGHS): with their optimal duals it is
+"""The Lagrangian bound from row multipliers (solver.bounds.dualbound), against LP optima found by
+two solvers the project did not write (OR-Tools' GLOP and HiGHS): with their optimal duals it is
 the optimum; with any other multipliers it is never above it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from ortools.linear_solver import linear_solver_pb2, pywraplp
 
-from solver.dualbound import lagrangian_bound, proven_integer_bound
+from solver.bounds.dualbound import lagrangian_bound, proven_integer_bound
 
 
 def _random_lp(

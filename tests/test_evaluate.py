@@ -20,7 +20,7 @@ from solver import (
     evaluate,
     max_min_fair_rates,
 )
-from solver.ecmp import ecmp_paths
+from solver.yardstick.ecmp import ecmp_paths
 from topology.generators import (
     DualPlaneParams,
     LeafSpineParams,
@@ -432,13 +432,13 @@ def test_max_min_rates_of_an_ecmp_baseline_are_the_whole_array_rounds() -> None:
 def test_pair_results_are_built_as_the_constructor_builds_them(
     values: tuple[str, str, int, int, int, int, float, float],
 ) -> None:
-    """:func:`solver.evaluate._pair_result` skips the frozen dataclass's ``__init__``: the
+    """:func:`solver.yardstick.evaluate._pair_result` skips the frozen dataclass's ``__init__``: the
     object must be the constructor's in every way (fields, their order, equality, hash, text,
     immutability), and the class must keep the fields it writes and no ``__post_init__``."""
     import dataclasses
     import pickle
 
-    from solver.evaluate import PairResult, _pair_result
+    from solver.yardstick.evaluate import PairResult, _pair_result
 
     assert not hasattr(PairResult, "__post_init__")
     assert [f.name for f in dataclasses.fields(PairResult)] == [

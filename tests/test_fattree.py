@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
 from solver import JobsGenParams, flows_for_jobs, generate_jobs
-from solver.fattree import analyse, applies, assign_fat_tree, lower_bound
+from solver.exact.fattree import analyse, applies, assign_fat_tree, lower_bound
 from topology.generators import FatTreeParams, fat_tree, generate
 from topology.index import IntArray
 from topology.model import Fabric, LinkStatus, SwitchRole

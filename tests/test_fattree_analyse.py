@@ -1,6 +1,6 @@
 """The fat-tree analysis over the index's arrays against the plain pass over the links.
 
-Why: :func:`solver.fattree.analyse` was rewritten from a loop over every link (a dictionary
+Why: :func:`solver.exact.fattree.analyse` was rewritten from a loop over every link (a dictionary
 lookup per table cell) into whole-array steps for speed. The loop, kept here as it was, is the
 reference: on intact trees, after failures and drains (with and without ``ignore_status``),
 with interfaces renamed, links listed in another order or reversed, and on cablings that are
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planning_cases import switch_links
 
-from solver.fattree import FatTreeShape, analyse
+from solver.exact.fattree import FatTreeShape, analyse
 from topology.generators import FatTreeParams, LeafSpineParams, fat_tree, leaf_spine
 from topology.model import Fabric, LinkStatus
 

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planning_cases import TWO_TIER_FABRICS, flow_sets, switch_links
 
-from solver import greedy
-from solver.greedy import _rounds, place_greedy
-from solver.problem import build_problem
+from solver.search import greedy
+from solver.search.greedy import _rounds, place_greedy
+from solver.space.problem import build_problem
 from topology.generators import FatTreeParams, fat_tree
 from topology.model import LinkStatus
 

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planning_cases import flow_sets, make_flows, ports, switch_links
 
-from solver.greedy import greedy_order, place_greedy
-from solver.greedytree import place_by_levels, reason_not
-from solver.problem import TOLERANCE, Problem, build_problem
+from solver.search.greedy import greedy_order, place_greedy
+from solver.search.greedytree import place_by_levels, reason_not
+from solver.space.problem import TOLERANCE, Problem, build_problem
 from topology.generators import FatTreeParams, fat_tree
 from topology.index import FloatArray, IntArray
 from topology.model import LinkStatus

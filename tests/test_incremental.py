@@ -20,12 +20,12 @@ from planning_cases import (
 )
 
 from solver import JobsGenParams, derive_workload, generate_jobs
-from solver.flows import Flow
-from solver.placement import PlacementMode
 from solver.planner import plan
-from solver.plans import plan_from_paths
-from solver.problem import build_problem
-from solver.result import Plan
+from solver.planning.plans import plan_from_paths
+from solver.planning.result import Plan
+from solver.space.problem import build_problem
+from solver.workload.flows import Flow
+from solver.workload.placement import PlacementMode
 from topology.generators import LeafSpineParams, RailOptimizedParams, leaf_spine, rail_optimized
 from topology.model import Fabric, LinkStatus
 

@@ -18,7 +18,7 @@ from solver import (
     derive_workload,
     flows_for_jobs,
 )
-from solver import patterns as patterns_module
+from solver.workload import patterns as patterns_module
 from topology.errors import FabricFileError
 from topology.formats import TextFormat, dump_model, parse_model
 from topology.generators import (
@@ -413,7 +413,7 @@ def test_too_many_flows_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_full_dump_reads_back() -> None:
     """Defaults written out (``trees: 2`` on a ring) are not options chosen for another pattern."""
-    from solver.jobs import CommunicatorSpec
+    from solver.workload.jobs import CommunicatorSpec
 
     for spec in (
         CommunicatorSpec(id="r", pattern="ring", channels=2),
@@ -434,11 +434,11 @@ def test_a_full_dump_reads_back() -> None:
 def test_explicit_connections_checked_in_bulk_find_what_the_pair_checks_find(
     connections: list[tuple[int, int]], subset: bool, host_count: int
 ) -> None:
-    """The bulk check of explicit connections (``solver.jobs._connections_fit``) only lets
+    """The bulk check of explicit connections (``solver.workload.jobs._connections_fit``) only lets
     through what the per-pair checks find nothing in: the same problems, in the same order,
     with it and without it (ranks out of range, outside the subset, pairs on one host)."""
-    import solver.jobs as jobs_module
-    from solver.jobs import find_job_problems
+    import solver.workload.jobs as jobs_module
+    from solver.workload.jobs import find_job_problems
 
     fabric = RAIL_FABRICS[2]
     conns = [{"src_rank": a, "dst_rank": b} for a, b in connections if a != b]
@@ -462,7 +462,7 @@ def test_explicit_connections_checked_in_bulk_find_what_the_pair_checks_find(
 
 
 def checked_or_none(fabric: Fabric, jobs: JobsFile) -> list[Any] | None:
-    from solver.jobs import _placement
+    from solver.workload.jobs import _placement
 
     problems: list[tuple[str, str]] = []
     ranks = _placement(fabric, jobs.jobs[0], "jobs[0]", problems)

@@ -25,7 +25,7 @@ from c4p.api.v1 import intents_pb2 as pb
 from c4p.cli import app
 from c4p.client import AdminClient
 from c4p.files import save_model
-from solver.jobs import CommunicatorSpec, JobsFile, JobSpec
+from solver.workload.jobs import CommunicatorSpec, JobsFile, JobSpec
 from southbound.probing import ModeledProber
 
 FABRIC = busy_fabric()

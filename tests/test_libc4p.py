@@ -371,8 +371,8 @@ def test_plan_bindings_dir_files_give_the_planned_ports(tmp_path: Path) -> None:
     from test_cli import _small_fabric_and_jobs, run_json
 
     from c4p.files import load_fabric, load_model
-    from solver.jobs import JobsFile
-    from solver.patterns import derive_workload
+    from solver.workload.jobs import JobsFile
+    from solver.workload.patterns import derive_workload
     from southbound.bindings import BindingSet as PlannedBindings
 
     fabric_path, jobs_path = _small_fabric_and_jobs(tmp_path)

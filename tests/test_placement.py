@@ -16,7 +16,7 @@ from solver import (
     generate_jobs,
     place_hosts,
 )
-from solver.placement import host_groups
+from solver.workload.placement import host_groups
 from topology.formats import TextFormat, dump_model, parse_model
 from topology.generators import (
     LeafSpineParams,

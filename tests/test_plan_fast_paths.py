@@ -26,14 +26,14 @@ import pytest
 from hypothesis import strategies as st
 
 from c4p.bench import permutation_jobs
-from solver.ecmp import ecmp_paths
-from solver.evaluate import PairResult, evaluate, reference_line_rate
-from solver.flows import Workload, nic_line_rate
-from solver.jobs import checked_placements, job_ranks
-from solver.patterns import derive_workload
-from solver.placement import JobsGenParams, generate_jobs
 from solver.planner import plan
-from solver.plans import PlanFile, plan_from_paths, plan_json_text
+from solver.planning.plans import PlanFile, plan_from_paths, plan_json_text
+from solver.workload.flows import Workload, nic_line_rate
+from solver.workload.jobs import checked_placements, job_ranks
+from solver.workload.patterns import derive_workload
+from solver.workload.placement import JobsGenParams, generate_jobs
+from solver.yardstick.ecmp import ecmp_paths
+from solver.yardstick.evaluate import PairResult, evaluate, reference_line_rate
 from topology.formats import TextFormat, dump_model
 from topology.generators import generate
 from topology.index import FabricIndex, natural_key
@@ -289,8 +289,8 @@ def test_a_fresh_plan_never_loads_the_replanning_modules() -> None:
     script = (
         "import sys\n"
         "from c4p.bench import permutation_jobs\n"
-        "from solver.ecmp import ecmp_paths\n"
-        "from solver.patterns import derive_workload\n"
+        "from solver.yardstick.ecmp import ecmp_paths\n"
+        "from solver.workload.patterns import derive_workload\n"
         "from solver.planner import LAZY, plan\n"
         "from topology.generators import generate\n"
         "for fabric in (generate('rail-optimized', units=2, hosts_per_unit=4, rails=4, spines=2),"
@@ -302,7 +302,7 @@ def test_a_fresh_plan_never_loads_the_replanning_modules() -> None:
         "    first = plan(fabric, w)\n"
         "print(sorted(m for m in LAZY if m in sys.modules))\n"
         "plan(fabric, w, first)\n"
-        "print('solver.repair' in sys.modules)\n"
+        "print('solver.repair.evict' in sys.modules)\n"
     )
     run = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
@@ -488,10 +488,11 @@ def _same_record(fast: object, ref: object) -> None:
 def test_rank_nics_and_edges_are_built_as_their_constructors_build_them(
     rank: int, host: str, nic: str, rail: int, ports: tuple[str, ...], rate: float
 ) -> None:
-    """``solver.jobs._rank_nic`` and ``solver.patterns._edge`` skip the dataclasses'
-    ``__init__`` (and ``topology.index._port_info``, below): the same objects in every way."""
-    from solver.jobs import RankNic, _rank_nic
-    from solver.patterns import Edge, _edge
+    """``solver.workload.jobs._rank_nic`` and ``solver.workload.patterns._edge`` skip the
+    dataclasses' ``__init__`` (and ``topology.index._port_info``, below): the same objects in every
+    way."""
+    from solver.workload.jobs import RankNic, _rank_nic
+    from solver.workload.patterns import Edge, _edge
 
     a = _rank_nic(rank, host, nic, rail, ports, "jobs[0]", rate)
     _same_record(a, RankNic(rank, host, nic, rail, ports, "jobs[0]", rate))
@@ -553,7 +554,7 @@ def test_flows_and_connections_are_built_as_their_constructors_build_them(
     """``make_flow`` and ``make_connection`` set each slot without the frozen dataclasses'
     ``__init__``: the same objects in every way, and a rate that is not ``> 0`` (zero,
     negative, NaN) refused with the constructor's own error."""
-    from solver.flows import Connection, Flow, make_connection, make_flow
+    from solver.workload.flows import Connection, Flow, make_connection, make_flow
 
     if rate > 0:
         _same_slotted(make_flow(*flow, rate), Flow(*flow, rate))
@@ -574,9 +575,9 @@ def test_flows_and_connections_are_built_as_their_constructors_build_them(
 def reference_workload(fabric: Fabric, jobs: Any) -> Workload:
     """``derive_workload`` as it was: ``Edge`` records from ``pattern_edges``, each connection
     and flow made by its constructor."""
-    from solver.flows import Connection, Flow
-    from solver.jobs import Pattern
-    from solver.patterns import _communicator, pattern_edges
+    from solver.workload.flows import Connection, Flow
+    from solver.workload.jobs import Pattern
+    from solver.workload.patterns import _communicator, pattern_edges
 
     flows: list[Flow] = []
     connections: list[Connection] = []
@@ -611,7 +612,7 @@ def reference_workload(fabric: Fabric, jobs: Any) -> Workload:
 def _explicit_jobs(fabric: Fabric, data: st.DataObject) -> Any:
     """One job over two or three hosts, one explicit communicator of random rank pairs on
     different hosts, some with their own QPs and rate, over all ranks or a subset."""
-    from solver.jobs import JobsFile
+    from solver.workload.jobs import JobsFile
 
     hosts = data.draw(
         st.lists(st.sampled_from([h.name for h in fabric.hosts]), min_size=2, max_size=3,
@@ -706,7 +707,7 @@ def test_nics_of_host_equal_the_port_by_port_reference(name: str, cut: int) -> N
     """With every port cabled, and with every or every third host link left out (NICs with
     no cabled port, or one of two): the same rails, port nodes, line rates and their types
     (an uncabled NIC's rate is the integer 0), in the same orders."""
-    from solver.jobs import _nics_of_host
+    from solver.workload.jobs import _nics_of_host
 
     # Host links of four speeds (a NIC's rate is its ports' sum), some of them left out.
     data = FABRICS[name].model_dump()

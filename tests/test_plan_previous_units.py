@@ -94,7 +94,7 @@ def test_plan_json_text_is_the_plan_file_model_dumped() -> None:
     from planning_cases import make_flows, ports
 
     from solver.planner import plan
-    from solver.plans import PlanFile, plan_from_paths, plan_json_text
+    from solver.planning.plans import PlanFile, plan_from_paths, plan_json_text
     from topology.formats import TextFormat, dump_model, parse_model
     from topology.generators import RailOptimizedParams, rail_optimized
 

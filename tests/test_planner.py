@@ -28,12 +28,12 @@ from planning_cases import (
 
 from solver import JobsFile, JobsGenParams, derive_workload, evaluate, generate_jobs
 from solver.errors import PlanError, SolverError
-from solver.flows import Flow
-from solver.placement import PlacementMode
 from solver.planner import STRATEGIES, plan
-from solver.plans import paths_from_plan
-from solver.problem import build_problem
-from solver.result import Plan
+from solver.planning.plans import paths_from_plan
+from solver.planning.result import Plan
+from solver.space.problem import build_problem
+from solver.workload.flows import Flow
+from solver.workload.placement import PlacementMode
 from topology.generators import (
     DualPlaneParams,
     LeafSpineParams,

@@ -20,15 +20,15 @@ from hypothesis import strategies as st
 from planning_cases import assert_valid, make_flows, ports
 from test_degraded import optimum
 
-from solver.bounds import combinatorial_bounds
-from solver.degraded import _stage_one, assign_degraded
-from solver.fattree import FatTreeShape, analyse
-from solver.flows import Flow
-from solver.kempechain import Colouring
+from solver.bounds.combinatorial import combinatorial_bounds
+from solver.exact.fattree import FatTreeShape, analyse
+from solver.exact.kempechain import Colouring
+from solver.exact.podchains import fix_pods
 from solver.planner import plan
-from solver.podchains import fix_pods
-from solver.problem import build_problem
-from solver.repair import repair
+from solver.repair.degraded import _stage_one, assign_degraded
+from solver.repair.evict import repair
+from solver.space.problem import build_problem
+from solver.workload.flows import Flow
 from topology.generators import FatTreeParams, fat_tree
 from topology.model import Fabric, LinkStatus
 

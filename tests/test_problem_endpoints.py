@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from planning_cases import SMALL_FAT_TREE, SMALL_TWO_TIER, make_flows, ports, switch_links
 
-from solver import problem as problem_module
 from solver.errors import PlanError
-from solver.flows import Flow
-from solver.problem import build_problem
+from solver.space import problem as problem_module
+from solver.space.problem import build_problem
+from solver.workload.flows import Flow
 from topology.generators import LeafSpineParams, leaf_spine
 from topology.model import Fabric, LinkStatus
 

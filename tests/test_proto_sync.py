@@ -7,7 +7,7 @@ from c4p.api import generate
 from c4p.api.v1 import admin_pb2, flow_intent_pb2, intents_pb2
 from c4p.service.admin import AdminServicer
 from c4p.service.flow_intent import FlowIntentServicer
-from solver.jobs import CommunicatorSpec, ConnectionSpec
+from solver.workload.jobs import CommunicatorSpec, ConnectionSpec
 
 
 def test_committed_stubs_are_generated_from_the_proto_files() -> None:

@@ -1,9 +1,10 @@
 """The rollout report from a real decision log: jobs run in shadow, a link is drained, then every
 job goes active. The report's numbers (read through the admin API, from the store file, and by
 ``c4p report``) are checked against an independent recomputation here: ECMP from
-``solver.ecmp`` with the recorded seed, c4p from the paths of the bindings the clients actually
-received, both evaluated with ``solver.evaluate``; links over line rate by offered load, written
-out again below. Nothing of :mod:`c4p.rollout` or the reconciler's prediction code is reused."""
+``solver.yardstick.ecmp`` with the recorded seed, c4p from the paths of the bindings the clients
+actually received, both evaluated with ``solver.yardstick.evaluate``; links over line rate by
+offered load, written out again below. Nothing of :mod:`c4p.rollout` or the reconciler's prediction
+code is reused."""
 
 from __future__ import annotations
 
@@ -25,11 +26,11 @@ from c4p.store.base import (
     JobPredictionRecord,
 )
 from c4p.store.sqlite import read_decisions
-from solver.ecmp import ecmp_paths
-from solver.evaluate import evaluate
-from solver.flows import Workload
-from solver.jobs import CommunicatorSpec, JobsFile, JobSpec
-from solver.patterns import derive_workload
+from solver.workload.flows import Workload
+from solver.workload.jobs import CommunicatorSpec, JobsFile, JobSpec
+from solver.workload.patterns import derive_workload
+from solver.yardstick.ecmp import ecmp_paths
+from solver.yardstick.evaluate import evaluate
 from topology.model import Fabric, LinkStatus
 
 FABRIC = busy_fabric()

@@ -24,7 +24,7 @@ from c4p.store import (
     StoreError,
 )
 from c4p.store import sqlite as sqlite_store
-from solver.jobs import CommunicatorSpec, RankSpec
+from solver.workload.jobs import CommunicatorSpec, RankSpec
 from southbound.bindings import Binding
 from topology.roce import flow_label_for_sport
 

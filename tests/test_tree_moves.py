@@ -1,4 +1,4 @@
-"""Fat-tree re-plans by chains over layered counts (solver.treemoves) against an independent
+"""Fat-tree re-plans by chains over layered counts (solver.repair.treemoves) against an independent
 CP-SAT model: the optimum utilization, and the fewest flows any plan reaching it must move.
 
 The model here is built from routing's own equal-cost paths (not the planner's candidates,
@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 from planning_cases import assert_valid, make_flows, ports, switch_links
 
-from solver.fattree import analyse
-from solver.flows import Flow
+from solver.exact.fattree import analyse
+from solver.exact.treecounts import Counts, _row_ints
 from solver.planner import plan
-from solver.treecounts import Counts, _row_ints
-from solver.treemoves import _relieve, repair_tree
+from solver.repair.treemoves import _relieve, repair_tree
+from solver.workload.flows import Flow
 from topology.generators import FatTreeParams, fat_tree
 from topology.model import Fabric, LinkStatus
 
@@ -206,10 +206,10 @@ def _lost_core_send_back(
 ) -> tuple[int, int, Callable[[], tuple[np.ndarray, np.ndarray]], Callable[..., int]]:
     """TREE under two shuffled permutations (``seed``) loses core 0; a colouring made without
     the previous plan. Returns CP-SAT's (optimum, fewest moves), the colouring's moves, a call
-    sending its moved flows back (solver.treemoves.send_back) that checks every path is
+    sending its moved flows back (solver.repair.treemoves.send_back) that checks every path is
     usable and within the optimum, and the moves of an (agg, core) answer."""
-    from solver.degraded import assign_degraded
-    from solver.treemoves import send_back
+    from solver.repair.degraded import assign_degraded
+    from solver.repair.treemoves import send_back
 
     n = len(ports(TREE))
     rng = np.random.default_rng(seed)
@@ -261,7 +261,7 @@ def _lost_core_send_back(
 
 def test_sending_moved_flows_back_keeps_the_target_and_moves_fewer() -> None:
     """A lost core's colouring made without the previous plan moves many flows; sending them
-    back (solver.treemoves.send_back) keeps every path usable and within the target, moves
+    back (solver.repair.treemoves.send_back) keeps every path usable and within the target, moves
     fewer than before, and no fewer than CP-SAT's minimum."""
     least, fresh, sent_back, moved = _lost_core_send_back(5)
     # here a fresh colouring moves 37 flows, sent back 2 = the minimum
@@ -272,10 +272,10 @@ def test_returning_moved_flows_in_pairs_and_triples_moves_fewer_than_one_at_a_ti
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Where no moved flow's return pays on its own, two or three returned together can
-    (solver.treemoves._send_back_groups): on this lost core the send-back with groups moves
+    (solver.repair.treemoves._send_back_groups): on this lost core the send-back with groups moves
     fewer than with single returns only, over usable paths within the optimum, and no fewer
     than CP-SAT's minimum."""
-    from solver import treemoves
+    from solver.repair import treemoves
 
     least, fresh, sent_back, moved = _lost_core_send_back(16)
     with_groups = moved(*sent_back())
@@ -290,17 +290,17 @@ def test_options_full_on_two_links_let_a_light_uplink_repair_move_fewer(
 ) -> None:
     """A 2,048-GPU fat-tree under a shuffled ring loses its lightest leaf uplink: the chains
     that place each displaced flow on an option full at two links, each relieved by its own
-    chain (solver.treemoves._place_on_two), move fewer flows than one-link chains alone,
+    chain (solver.repair.treemoves._place_on_two), move fewer flows than one-link chains alone,
     at the same optimum utilization and over usable equal-cost paths only; and no fewer than
-    the fat-tree moves bound (solver.treefewest)."""
+    the fat-tree moves bound (solver.bounds.treefewest)."""
     from c4p.bench import permutation_jobs
     from c4p.bench_failures import failures
-    from solver import treemoves
-    from solver.incremental import match_previous
-    from solver.patterns import derive_workload
+    from solver.bounds.treefewest import tree_moves_bound
     from solver.planner import flow_weights
-    from solver.problem import build_problem
-    from solver.treefewest import tree_moves_bound
+    from solver.repair import treemoves
+    from solver.space.incremental import match_previous
+    from solver.space.problem import build_problem
+    from solver.workload.patterns import derive_workload
     from topology.generators import sized_for_gpus
 
     fabric = sized_for_gpus("fat-tree", 2048)
@@ -442,7 +442,7 @@ def _users_are_the_paths(state: Counts, links: list[int]) -> None:
 
 
 def test_fewest_moves_within_some_leaves_is_a_plan_between_the_bound_and_the_replan() -> None:
-    """solver.treewithin on a 2,048-GPU fat-tree that lost its lightest leaf uplink: with the
+    """solver.bounds.treewithin on a 2,048-GPU fat-tree that lost its lightest leaf uplink: with the
     ends of the re-plan's moved flows and the leaves of the pod holding most of them free,
     the plan returned keeps every other flow on its previous path, puts no switch link over
     the re-plan's utilization (loads summed from the candidates' own links), moves no fewer
@@ -451,12 +451,12 @@ def test_fewest_moves_within_some_leaves_is_a_plan_between_the_bound_and_the_rep
     short of the bound is returned."""
     from c4p.bench import permutation_jobs
     from c4p.bench_failures import failures
-    from solver.incremental import match_previous
-    from solver.patterns import derive_workload
+    from solver.bounds.treefewest import previous_options, tree_moves_bound
+    from solver.bounds.treewithin import fewest_within
     from solver.planner import flow_weights
-    from solver.problem import build_problem
-    from solver.treefewest import previous_options, tree_moves_bound
-    from solver.treewithin import fewest_within
+    from solver.space.incremental import match_previous
+    from solver.space.problem import build_problem
+    from solver.workload.patterns import derive_workload
     from topology.generators import sized_for_gpus
 
     fabric = sized_for_gpus("fat-tree", 2048)
@@ -510,19 +510,19 @@ def test_the_16k_light_uplink_replan_is_within_ten_percent_of_its_proven_minimum
     """The failure ladder's last undecided row, in full: a 3-tier 16,384-GPU fat-tree (32,768
     flows, a shuffled ring) loses its lightest leaf uplink. The fat-tree moves bound, solved by
     PDLP and proven by the Lagrangian of its duals, is 15; a plan moving exactly that many
-    exists (solver.treewithin with the leaves of a pod the displaced flows touch free, the
+    exists (solver.bounds.treewithin with the leaves of a pod the displaced flows touch free, the
     plan's loads summed from its candidates here), so the minimum is 15; and the re-plan, at
     the optimum utilization, moves at most 10% more. Its repairs run without their clocks (a quality
     test, not a timed one): the ladder times them (docs/benchmarks-failures.md)."""
     from c4p.bench import permutation_jobs
     from c4p.bench_failures import failures
-    from solver import degraded, treemoves
-    from solver.incremental import match_previous
-    from solver.patterns import derive_workload
+    from solver.bounds.treefewest import previous_options, tree_moves_bound
+    from solver.bounds.treewithin import fewest_within
     from solver.planner import flow_weights
-    from solver.problem import build_problem
-    from solver.treefewest import previous_options, tree_moves_bound
-    from solver.treewithin import fewest_within
+    from solver.repair import degraded, treemoves
+    from solver.space.incremental import match_previous
+    from solver.space.problem import build_problem
+    from solver.workload.patterns import derive_workload
     from topology.generators import sized_for_gpus
 
     for name in ("REPAIR_SECONDS", "MORE_ORDERS_SECONDS", "GROUP_SECONDS"):

@@ -1,6 +1,6 @@
 """A fat-tree's lazily computed candidates against routing and against the enumerated table.
 
-Why: the lazy table (:mod:`solver.treecandidates`) never lists paths; it claims that a pair's
+Why: the lazy table (:mod:`solver.space.treecandidates`) never lists paths; it claims that a pair's
 equal-cost paths are the (agg, core) choices whose links are usable, in routing's member order,
 and answers the whole-table questions (components, bound families, which candidate a path is)
 from the structure. Routing's own enumeration (:meth:`Routing.switch_paths`, destination tables
@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from planning_cases import flow_sets, make_flows, ports, switch_links
 
 from solver import planner
-from solver.bounds import combinatorial_bounds, integral_units
-from solver.flows import Flow
-from solver.incremental import match_middles
+from solver.bounds.combinatorial import combinatorial_bounds, integral_units
 from solver.planner import plan
-from solver.problem import Problem, build_problem
-from solver.treecandidates import TreeLayout
+from solver.space.incremental import match_middles
+from solver.space.problem import Problem, build_problem
+from solver.space.treecandidates import TreeLayout
+from solver.workload.flows import Flow
 from topology.generators import FatTreeParams, fat_tree
 from topology.model import Fabric, LinkStatus
 

@@ -98,7 +98,7 @@ def test_uncabled_port_refused_through_the_kept_index() -> None:
     """The jobs check reads uncabled ports from a per-index set built with the NIC map;
     a job on a NIC whose port has no link is refused naming that port."""
     from solver.errors import JobError
-    from solver.jobs import JobsFile, check_jobs
+    from solver.workload.jobs import JobsFile, check_jobs
 
     fabric = generate("leaf-spine", leaves=2, spines=2, hosts_per_leaf=1, nics_per_host=1)
     lonely = Host(

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from c4p.files import write_text
-from solver.flows import Connection
+from solver.workload.flows import Connection
 from southbound.bindings import BindingSet
 
 SUFFIX = ".c4pb"

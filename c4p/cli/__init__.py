@@ -212,7 +212,7 @@ def _one_blas_thread() -> None:
     about a tenth of a second waiting for work before it sleeps (0.11 s of CPU in every
     ``c4p plan``, measured per thread in ``/proc``). No one-shot command calls BLAS (the
     planner's objective sums squares without ``np.dot`` for this reason, see
-    :mod:`solver.problem`), so the worker only ever spins; on a 2-core host whose other core
+    :mod:`solver.space.problem`), so the worker only ever spins; on a 2-core host whose other core
     is busy, that spin takes its time from the command. Set before numpy is first imported
     (the command's own modules import it), which is the only time OpenBLAS reads it."""
     if "numpy" not in sys.modules:

@@ -10,11 +10,11 @@ import typer
 from c4p import report
 from c4p.cli.common import JsonOption, console, emit, guarded
 from c4p.files import load_fabric, load_model
-from solver.ecmp import ecmp_paths
-from solver.evaluate import Evaluation, evaluate
-from solver.jobs import JobsFile
-from solver.patterns import derive_workload
-from solver.plans import PlanFile, paths_from_plan
+from solver.planning.plans import PlanFile, paths_from_plan
+from solver.workload.jobs import JobsFile
+from solver.workload.patterns import derive_workload
+from solver.yardstick.ecmp import ecmp_paths
+from solver.yardstick.evaluate import Evaluation, evaluate
 
 
 def evaluate_cmd(

@@ -13,9 +13,9 @@ from c4p.cli.admin import CaFile, CertFile, KeyFile, ServerName, client_tls
 from c4p.cli.common import JsonOption, check_number, console, emit, guarded
 from c4p.cli.outputs import DATA_SUFFIXES, check_outputs
 from c4p.files import load_fabric, load_model, save_model
-from solver.jobs import JobsFile, Layout, Pattern
-from solver.patterns import derive_workload
-from solver.placement import JobsGenParams, PlacementMode, generate_jobs
+from solver.workload.jobs import JobsFile, Layout, Pattern
+from solver.workload.patterns import derive_workload
+from solver.workload.placement import JobsGenParams, PlacementMode, generate_jobs
 
 
 class GenPattern(StrEnum):

@@ -24,20 +24,20 @@ from c4p.cli.common import (
 )
 from c4p.cli.outputs import DATA_SUFFIXES, check_kind, check_outputs
 from c4p.files import load_data, load_model, model_from_data, save_model, write_text
-from solver.ecmp import ecmp_paths
-from solver.evaluate import evaluate
-from solver.flows import Flow
-from solver.jobs import JobsFile
-from solver.patterns import derive_workload
 from solver.planner import STRATEGIES, flow_weights, plan
-from solver.plans import PlanFile, plan_json_text
-from solver.problem import build_problem
-from solver.result import Plan
+from solver.planning.plans import PlanFile, plan_json_text
+from solver.planning.result import Plan
+from solver.space.problem import build_problem
+from solver.workload.flows import Flow
+from solver.workload.jobs import JobsFile
+from solver.workload.patterns import derive_workload
+from solver.yardstick.ecmp import ecmp_paths
+from solver.yardstick.evaluate import evaluate
 from topology.errors import C4pError
 from topology.model import Fabric, LinkStatus
 
 if TYPE_CHECKING:
-    from solver.flows import Workload
+    from solver.workload.flows import Workload
     from southbound.balance import JobsBalance
 
 

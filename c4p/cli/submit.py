@@ -34,7 +34,7 @@ from c4p.errors import C4pError
 if TYPE_CHECKING:
     from c4p.api.v1 import intents_pb2 as pb
     from c4p.client import BindingWatch, ClientTls, FlowIntentClient, JobSession
-    from solver.jobs import CommunicatorSpec, JobsFile
+    from solver.workload.jobs import CommunicatorSpec, JobsFile
 
 REGISTER_TOKEN_ENV = "C4P_REGISTER_TOKEN"
 POLL_S = 0.2

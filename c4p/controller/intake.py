@@ -43,8 +43,15 @@ from c4p.store.base import (
     Store,
 )
 from solver.errors import JobError
-from solver.jobs import CommunicatorSpec, JobsFile, JobSpec, RankNic, find_job_problems, job_ranks
-from solver.patterns import derive_workload
+from solver.workload.jobs import (
+    CommunicatorSpec,
+    JobsFile,
+    JobSpec,
+    RankNic,
+    find_job_problems,
+    job_ranks,
+)
+from solver.workload.patterns import derive_workload
 from topology.base import Frozen
 from topology.errors import TopologyError
 from topology.formats import problems_of

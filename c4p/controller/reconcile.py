@@ -22,8 +22,9 @@ The step, in order:
    so clients' telemetry stays true, but the client calls its plugin back only when the port or
    label differs. A QP left unbound keeps its binding in force: **fail-static** — the data
    plane keeps forwarding it somewhere rather than nowhere.
-5. Predicted bus bandwidth per job on the paths the bindings realize (``solver.evaluate``),
-   beside what every planned job would get on ECMP (kernel-chosen ports, ``solver.ecmp``),
+5. Predicted bus bandwidth per job on the paths the bindings realize
+(``solver.yardstick.evaluate``),
+   beside what every planned job would get on ECMP (kernel-chosen ports, ``solver.yardstick.ecmp``),
    and the links over line rate either way: the evidence of a staged rollout.
 6. :meth:`ControllerState.commit`: store first, then memory; a new epoch and a decision.
 
@@ -69,15 +70,15 @@ from c4p.store.base import (
     Store,
     StoreError,
 )
-from solver.ecmp import ecmp_paths
-from solver.evaluate import OVER_TOLERANCE, evaluate
-from solver.evaluate import switch_resources as inner_resources
-from solver.flows import Connection, Workload
-from solver.jobs import JobsFile
-from solver.patterns import derive_workload
 from solver.planner import STRATEGIES, plan
-from solver.plans import PlanFile, PlannedFlow
-from solver.result import Plan
+from solver.planning.plans import PlanFile, PlannedFlow
+from solver.planning.result import Plan
+from solver.workload.flows import Connection, Workload
+from solver.workload.jobs import JobsFile
+from solver.workload.patterns import derive_workload
+from solver.yardstick.ecmp import ecmp_paths
+from solver.yardstick.evaluate import OVER_TOLERANCE, evaluate
+from solver.yardstick.evaluate import switch_resources as inner_resources
 from southbound.balance import balance_jobs
 from southbound.bindings import (
     Binding,
@@ -644,7 +645,7 @@ class Reconciler:
         return predictions, hottest, (len(over_ecmp), len(over_planned))
 
     def _ecmp_paths(self, snapshot: Fabric, workload: Workload) -> list[tuple[int, ...]]:
-        """Each flow's path under ECMP (``solver.ecmp.ecmp_paths``), new flows only."""
+        """Each flow's path under ECMP (``solver.yardstick.ecmp.ecmp_paths``), new flows only."""
         missing = [f for f in workload.flows if f.id not in self._ecmp]
         if missing:
             found = ecmp_paths(snapshot, missing, self.settings.seed)

@@ -57,7 +57,7 @@ from c4p.store.base import (
     StoredState,
 )
 from solver.errors import JobError
-from solver.jobs import (
+from solver.workload.jobs import (
     CommunicatorSpec,
     JobsFile,
     JobSpec,

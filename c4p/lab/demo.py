@@ -33,7 +33,7 @@ from c4p.lab.hosts import Helpers
 from c4p.lab.served import LabServeError, ServedLab, measured, ring, uses_link
 from c4p.lab.traffic import Measurement
 from solver import JobsGenParams, flows_for_jobs, generate_jobs, plan
-from solver.flows import Flow
+from solver.workload.flows import Flow
 from southbound.routes import QpRoute, routes_from_flows
 from topology.generators import LeafSpineParams, leaf_spine
 from topology.model import Fabric

@@ -30,7 +30,7 @@ from c4p.store.base import (
     HeldBinding,
     JobPredictionRecord,
 )
-from solver.jobs import RankNic
+from solver.workload.jobs import RankNic
 from southbound.bindings import BindingIssue, IssueKind
 from southbound.routes import QpKey
 from topology.model import Fabric

@@ -21,7 +21,7 @@ from collections.abc import Collection, Sequence
 from c4p.api.v1 import intents_pb2 as pb
 from c4p.controller.errors import InvalidRequest, LimitExceeded, Problem
 from c4p.controller.intake import MAX_PROBLEMS, IntakeLimits
-from solver.jobs import MAX_QPS_PER_CONNECTION, MAX_RATE, MIN_RATE
+from solver.workload.jobs import MAX_QPS_PER_CONNECTION, MAX_RATE, MIN_RATE
 
 
 def admit_connections(communicators: Sequence[pb.CommunicatorIntent], limits: IntakeLimits) -> None:

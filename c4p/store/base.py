@@ -31,7 +31,7 @@ from typing import Protocol
 
 from pydantic import Field
 
-from solver.jobs import CommunicatorSpec, RankSpec
+from solver.workload.jobs import CommunicatorSpec, RankSpec
 from southbound.bindings import Binding
 from southbound.routes import QpKey
 from topology.base import Frozen
@@ -190,7 +190,7 @@ class DecisionRecord(Frozen):
     links_over_planned: int = 0
     """Links over line rate if every planned job ran on ECMP / as planned."""
     ecmp_seed: int = 0
-    """Seed of the QP numbers the ECMP prediction draws (``solver.ecmp.ecmp_paths``)."""
+    """Seed of the QP numbers the ECMP prediction draws (``solver.yardstick.ecmp.ecmp_paths``)."""
     jobs_off: tuple[str, ...] = ()
     """Jobs in control mode ``off`` at this plan (not planned, so without a prediction)."""
     covers_revision: int = Field(default=0, ge=0)

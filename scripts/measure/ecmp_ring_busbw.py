@@ -5,10 +5,10 @@ Run: .venv/bin/python scripts/measure/ecmp_ring_busbw.py
 
 import statistics
 
-from solver.ecmp import ecmp_paths
-from solver.evaluate import evaluate
-from solver.patterns import derive_workload
-from solver.placement import JobsGenParams, generate_jobs
+from solver.workload.patterns import derive_workload
+from solver.workload.placement import JobsGenParams, generate_jobs
+from solver.yardstick.ecmp import ecmp_paths
+from solver.yardstick.evaluate import evaluate
 from topology.generators import sized_for_gpus
 
 for fabric_gpus in (2048, 8192):

@@ -26,8 +26,8 @@ import time
 
 from c4p.bench import permutation_jobs
 from c4p.bench_failures import KINDS, failures
-from solver.patterns import derive_workload
 from solver.planner import plan
+from solver.workload.patterns import derive_workload
 from topology.generators import sized_for_gpus
 
 

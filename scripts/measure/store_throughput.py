@@ -32,7 +32,7 @@ from c4p.store.election import Election, LeaderInfo
 from c4p.store.etcd import EtcdStore
 from c4p.store.etcdclient import EtcdClient
 from c4p.testing.etcd_cluster import EtcdCluster
-from solver.jobs import CommunicatorSpec, RankSpec
+from solver.workload.jobs import CommunicatorSpec, RankSpec
 from southbound.bindings import Binding
 from topology.roce import flow_label_for_sport
 
