@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml
 
 # First the offline planner (ECMP vs c4p on an embedded fabric), then the live controller.
 demo: $(STAMP)
-	$(BIN)/python -m c4p.demo
-	$(BIN)/python -m c4p.demo_service
+	$(BIN)/python -m c4p.demos.plan
+	$(BIN)/python -m c4p.demos.service
 
 # The Linux fabric lab (root; FRR for BGP): plans realized by a real kernel, static and BGP.
 lab: $(STAMP) sysdeps

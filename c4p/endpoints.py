@@ -1,9 +1,9 @@
 """What a process needs to reach the controller: an endpoint's address and a credential.
 
-Why apart from :mod:`c4p.serve`: the host agent (``c4p agent``, on every GPU host) reads the same
-``{env | file | value}`` credentials and ``host:port`` endpoints as the controller's config, but
-must not import the controller (its planner loads OR-Tools and pandas, most of a process's
-memory); :mod:`c4p.serve` re-exports both names.
+Why apart from :mod:`c4p.service.serve`: the host agent (``c4p agent``, on every GPU host) reads
+the same ``{env | file | value}`` credentials and ``host:port`` endpoints as the controller's
+config, but must not import the controller (its planner loads OR-Tools and pandas, most of a
+process's memory); :mod:`c4p.service.serve` re-exports both names.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from c4p import bench_failures
+from c4p.figures import failures as failure_ladder
 from topology.generators import FatTreeParams, RailOptimizedParams, fat_tree, rail_optimized
 from topology.model import Fabric
 
@@ -19,8 +19,8 @@ SMALL = {
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_failure_ladder_rows_are_consistent(name: str, tmp_path: Path) -> None:
     fabric: Fabric = SMALL[name]
-    rows = bench_failures.run_fabric(name, fabric, budget=5.0)
-    assert [r.failure for r in rows] == list(bench_failures.KINDS)
+    rows = failure_ladder.run_fabric(name, fabric, budget=5.0)
+    assert [r.failure for r in rows] == list(failure_ladder.KINDS)
     for r in rows:
         assert r.bound <= r.util_c4p + 1e-9 and r.bound <= r.util_replan + 1e-9
         assert r.util_c4p <= r.util_greedy + 1e-9
@@ -34,7 +34,7 @@ def test_failure_ladder_rows_are_consistent(name: str, tmp_path: Path) -> None:
     assert back.crossed == 0  # nothing is forced off a path when a link comes back
     assert back.util_replan <= back.util_c4p + 1e-9  # as good as a full plan of the fabric
     table = tmp_path / "f.md"
-    table.write_text(bench_failures.markdown(rows, "c4p bench --failures --test", 1.0))
+    table.write_text(failure_ladder.markdown(rows, "c4p bench --failures --test", 1.0))
     assert table.read_text().count("\n| ") == len(rows) + 1
-    bench_failures.plot(rows, tmp_path / "f.png")
+    failure_ladder.plot(rows, tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 0

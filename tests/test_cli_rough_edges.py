@@ -244,7 +244,7 @@ def test_tables_fit_80_columns_without_cutting_words() -> None:
     from c4p.cli.admin import _decision_row
     from c4p.cli.report import COLUMNS, cells, title
     from c4p.cli.tables import fitted
-    from c4p.rollout import RolloutReport, RolloutRow
+    from c4p.figures.rollout import RolloutReport, RolloutRow
     from c4p.store.base import ControlMode
 
     def shown(width: int, wide: bool = False) -> str:
@@ -292,7 +292,7 @@ def test_a_file_of_the_other_kind_is_named(tmp_path: Path, small: tuple[Path, Pa
 
 def test_the_rollout_demo_takes_a_port() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "c4p.demo_rollout", "--port", "70000"],
+        [sys.executable, "-m", "c4p.demos.rollout", "--port", "70000"],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,

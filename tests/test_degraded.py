@@ -456,7 +456,7 @@ def light_uplink(draw: st.DrawFn) -> tuple[Fabric, Fabric, list[Flow]]:
     displaced to or from it lands only by a chain of moves, and chains of two displaced flows
     compete for its few free links (a repair placing them one by one moved 6 where 5 is the
     minimum, found here)."""
-    from c4p.bench_failures import failures
+    from c4p.figures.failures import failures
 
     n = len(ports(LIGHT))
     pairs: list[tuple[int, int]] = []
@@ -550,7 +550,7 @@ def test_a_light_uplink_case_that_moved_six_where_five_suffice_moves_five() -> N
     independent model proves 5 (more than the minimum plus 10%)."""
     import random
 
-    from c4p.bench_failures import failures
+    from c4p.figures.failures import failures
 
     rng = random.Random(1)
     n = len(ports(LIGHT))
@@ -579,8 +579,8 @@ def test_fewest_moves_on_a_full_fabric_proves_the_independent_minimum() -> None:
     minimum that the independent CP-SAT model of this file finds, and needs more than the
     first round to do it (so the growth of ``W`` is exercised, not only the seed)."""
 
-    from c4p.bench import permutation_jobs
-    from c4p.bench_failures import failures
+    from c4p.figures.failures import failures
+    from c4p.figures.ladder import permutation_jobs
     from solver.planner import flow_weights
     from solver.space.problem import build_problem
     from solver.workload.patterns import derive_workload
@@ -624,8 +624,8 @@ def test_the_fat_tree_moves_bound_never_exceeds_the_independent_minimum(
     minimum over routing's own paths: a bound, and stronger than the planner's counting bound
     (which only counts the flows that crossed a failed link and the excess per layer)."""
 
-    from c4p.bench import permutation_jobs
-    from c4p.bench_failures import failures
+    from c4p.figures.failures import failures
+    from c4p.figures.ladder import permutation_jobs
     from solver.bounds.treefewest import tree_moves_bound
     from solver.exact.fattree import analyse
     from solver.planner import flow_weights
@@ -662,8 +662,8 @@ def test_the_fat_tree_moves_bound_by_pdlp_equals_the_simplex_one(
     fat-trees, it is the same bound as the simplex's exact one, marked exact, and says how it
     was found; PDLP stopped after three iterations still gives one from its last duals, never
     above it and not marked exact (here only the displaced flows: rough duals bound little)."""
-    from c4p.bench import permutation_jobs
-    from c4p.bench_failures import failures
+    from c4p.figures.failures import failures
+    from c4p.figures.ladder import permutation_jobs
     from solver.bounds import treefewest
     from solver.exact.fattree import analyse
     from solver.planner import flow_weights

@@ -19,8 +19,8 @@ from service_cases import ADMIN_TOKEN, clients, hosts, wait_until
 from c4p.api.v1 import intents_pb2 as pb
 from c4p.client import communicator
 from c4p.files import save_fabric, save_model
-from c4p.serve import ServeConfig, check
 from c4p.service.embedded import EmbeddedService, embedded_config
+from c4p.service.serve import ServeConfig, check
 from c4p.testing.network import realized_path
 from topology.generators import generate
 from topology.model import Fabric, HashAlgorithm, HashProfile

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from c4p.bench import permutation_jobs
+from c4p.figures.ladder import permutation_jobs
 from solver import (
     Incidence,
     JobsFile,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from c4p.serve import load_targets
+from c4p.service.serve import load_targets
 from southbound.targets import FabricSource, TargetsFile
 
 GNMIC_DOC_EXAMPLE: dict[str, Any] = {

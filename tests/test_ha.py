@@ -36,8 +36,8 @@ from c4p.client import (
     communicator,
 )
 from c4p.client.emulated import EmulatedTransport
-from c4p.serve import ServeConfig
 from c4p.service.replica import STORE_HEALTH, Replica, Role
+from c4p.service.serve import ServeConfig
 from c4p.testing.etcd_cluster import EtcdCluster, etcd_binary, free_port
 from c4p.testing.replicas import ADMIN_TOKEN, ReplicaGroup
 from topology.generators import generate

@@ -15,7 +15,7 @@ from service_cases import spread_fabric
 from c4p.client.endpoints import Endpoints, parse_targets
 from c4p.client.wire import ApiError
 from c4p.files import save_fabric
-from c4p.serve import ServeConfig
+from c4p.service.serve import ServeConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

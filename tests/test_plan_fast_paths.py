@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from c4p.bench import permutation_jobs
+from c4p.figures.ladder import permutation_jobs
 from solver.planner import plan
 from solver.planning.plans import PlanFile, plan_from_paths, plan_json_text
 from solver.workload.flows import Workload, nic_line_rate
@@ -288,7 +288,7 @@ def test_a_fresh_plan_never_loads_the_replanning_modules() -> None:
     pays for it at start again; a re-plan does load what it uses."""
     script = (
         "import sys\n"
-        "from c4p.bench import permutation_jobs\n"
+        "from c4p.figures.ladder import permutation_jobs\n"
         "from solver.yardstick.ecmp import ecmp_paths\n"
         "from solver.workload.patterns import derive_workload\n"
         "from solver.planner import LAZY, plan\n"

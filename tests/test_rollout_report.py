@@ -3,8 +3,8 @@ job goes active. The report's numbers (read through the admin API, from the stor
 ``c4p report``) are checked against an independent recomputation here: ECMP from
 ``solver.yardstick.ecmp`` with the recorded seed, c4p from the paths of the bindings the clients
 actually received, both evaluated with ``solver.yardstick.evaluate``; links over line rate by
-offered load, written out again below. Nothing of :mod:`c4p.rollout` or the reconciler's prediction
-code is reused."""
+offered load, written out again below. Nothing of :mod:`c4p.figures.rollout` or the reconciler's
+prediction code is reused."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from c4p.cli import app
 from c4p.client import communicator
-from c4p.rollout import RolloutReport, from_pb, rollout
+from c4p.figures.rollout import RolloutReport, from_pb, rollout
 from c4p.store.base import (
     ControlMode,
     DecisionRecord,

@@ -15,8 +15,8 @@ from service_cases import ADMIN_TOKEN, clients, hosts, links_of, wait_until
 
 from c4p.client import communicator
 from c4p.files import save_fabric, save_model
-from c4p.serve import ServeConfig, check, load_targets
 from c4p.service.embedded import EmbeddedService, embedded_config
+from c4p.service.serve import ServeConfig, check, load_targets
 from topology.compare import compare_fabrics
 from topology.errors import FabricFileError
 from topology.generators import generate

@@ -12,7 +12,7 @@ from service_cases import ADMIN_TOKEN, clients, hosts, serving, spread_fabric
 
 from c4p.api.v1 import intents_pb2 as pb
 from c4p.client import AdminClient, ApiError, FlowIntentClient, communicator
-from c4p.serve import ServeConfig
+from c4p.service.serve import ServeConfig
 
 FABRIC = spread_fabric()
 HOSTS = hosts(FABRIC)

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from service_cases import ADMIN_TOKEN, hosts, serving, spread_fabric
 
 from c4p.client import AdminClient, ApiError, ClientTls, FlowIntentClient, communicator
-from c4p.serve import ServeConfig
+from c4p.service.serve import ServeConfig
 from c4p.testing.certs import Pki, make_pki
 
 FABRIC = spread_fabric()

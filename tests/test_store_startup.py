@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from c4p.serve import load_config
+from c4p.service.serve import load_config
 from c4p.store import DecisionRecord, DecisionResult, SqliteStore, StoreError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -293,8 +293,8 @@ def test_options_full_on_two_links_let_a_light_uplink_repair_move_fewer(
     chain (solver.repair.treemoves._place_on_two), move fewer flows than one-link chains alone,
     at the same optimum utilization and over usable equal-cost paths only; and no fewer than
     the fat-tree moves bound (solver.bounds.treefewest)."""
-    from c4p.bench import permutation_jobs
-    from c4p.bench_failures import failures
+    from c4p.figures.failures import failures
+    from c4p.figures.ladder import permutation_jobs
     from solver.bounds.treefewest import tree_moves_bound
     from solver.planner import flow_weights
     from solver.repair import treemoves
@@ -449,8 +449,8 @@ def test_fewest_moves_within_some_leaves_is_a_plan_between_the_bound_and_the_rep
     flows than the fat-tree moves bound and no more than the re-plan (whose plan is one of
     those it chooses from); with no leaves free only the displaced flows move, and nothing
     short of the bound is returned."""
-    from c4p.bench import permutation_jobs
-    from c4p.bench_failures import failures
+    from c4p.figures.failures import failures
+    from c4p.figures.ladder import permutation_jobs
     from solver.bounds.treefewest import previous_options, tree_moves_bound
     from solver.bounds.treewithin import fewest_within
     from solver.planner import flow_weights
@@ -514,8 +514,8 @@ def test_the_16k_light_uplink_replan_is_within_ten_percent_of_its_proven_minimum
     plan's loads summed from its candidates here), so the minimum is 15; and the re-plan, at
     the optimum utilization, moves at most 10% more. Its repairs run without their clocks (a quality
     test, not a timed one): the ladder times them (docs/benchmarks-failures.md)."""
-    from c4p.bench import permutation_jobs
-    from c4p.bench_failures import failures
+    from c4p.figures.failures import failures
+    from c4p.figures.ladder import permutation_jobs
     from solver.bounds.treefewest import previous_options, tree_moves_bound
     from solver.bounds.treewithin import fewest_within
     from solver.planner import flow_weights

@@ -52,7 +52,7 @@ def bench_cmd(
     json_path: JsonOption = None,
 ) -> None:
     """Run the scenario ladder: ECMP, greedy, c4p and the lower bound side by side."""
-    from c4p import bench
+    from c4p.figures import ladder as scenario_ladder
 
     guarded(lambda: check_outputs(("-o", output, None), ("--plot", plot_path, (".png",))))
     if failures:
@@ -68,7 +68,7 @@ def bench_cmd(
         return
 
     def body() -> None:
-        ladder = [s for s in bench.scenarios() if (s.quick or not quick)]
+        ladder = [s for s in scenario_ladder.scenarios() if (s.quick or not quick)]
         if only:
             ladder = [s for s in ladder if only in s.name]
         if not ladder:
@@ -77,7 +77,7 @@ def bench_cmd(
         image = plot_path or table.with_name(table.stem + ".png")
         started = time.perf_counter()
 
-        def progress(row: bench.Row) -> None:
+        def progress(row: scenario_ladder.Row) -> None:
             if json_path is None or str(json_path) != "-":
                 console.print(
                     f"{row.scenario}: {row.flows:,} flows, max util ECMP {row.util_ecmp:.2f} / "
@@ -88,7 +88,7 @@ def bench_cmd(
                     highlight=False,
                 )  # fmt: skip
 
-        rows = bench.run(ladder, progress)
+        rows = scenario_ladder.run(ladder, progress)
         elapsed = time.perf_counter() - started
         command = (
             "c4p bench" + (" --quick" if quick else "") + (f" --only '{only}'" if only else "")
@@ -96,14 +96,20 @@ def bench_cmd(
         if only and output is None:
             wrote = partial_note(table)
         else:
-            text = bench.markdown(rows, command, elapsed).replace("benchmarks.png", image.name)
+            text = scenario_ladder.markdown(rows, command, elapsed).replace(
+                "benchmarks.png", image.name
+            )
             write_text(table, text)
             try:
-                bench.plot(rows, image)
+                scenario_ladder.plot(rows, image)
                 wrote = f"wrote {table}, {image}"
             except ImportError:  # matplotlib is an extra: c4p[plot] (or the dev install)
                 wrote = f"wrote {table} (no plot: install c4p[plot] for {image.name})"
-        emit(json_path, bench.rows_json(rows), lambda: console.print(wrote, highlight=False))
+        emit(
+            json_path,
+            scenario_ladder.rows_json(rows),
+            lambda: console.print(wrote, highlight=False),
+        )
 
     guarded(body)
 
@@ -111,7 +117,7 @@ def bench_cmd(
 def _failure_ladder(
     quick: bool, output: Path | None, plot_path: Path | None, only: str | None, json_path: Any
 ) -> None:
-    from c4p import bench_failures
+    from c4p.figures import failures as failure_ladder
 
     table = output or Path(
         "out/bench-failures-quick.md" if quick else "docs/benchmarks-failures.md"
@@ -119,7 +125,7 @@ def _failure_ladder(
     image = plot_path or table.with_name(table.stem + ".png")
     started = time.perf_counter()
 
-    def progress(row: bench_failures.FailureRow) -> None:
+    def progress(row: failure_ladder.FailureRow) -> None:
         if json_path is None or str(json_path) != "-":
             console.print(
                 f"{row.fabric}, {row.failure}: ECMP {row.util_ecmp:.2f} / greedy "
@@ -130,7 +136,7 @@ def _failure_ladder(
                 highlight=False,
             )
 
-    rows = bench_failures.run(quick, only, progress)
+    rows = failure_ladder.run(quick, only, progress)
     if not rows:
         raise C4pError(f"no fabric of the failure ladder matches {only!r}")
     elapsed = time.perf_counter() - started
@@ -142,13 +148,13 @@ def _failure_ladder(
     if only and output is None:
         wrote = partial_note(table)
     else:
-        text = bench_failures.markdown(rows, command, elapsed)
+        text = failure_ladder.markdown(rows, command, elapsed)
         write_text(table, text.replace("benchmarks-failures.png", image.name))
-        bench_failures.plot(rows, image)
+        failure_ladder.plot(rows, image)
         wrote = f"wrote {table}, {image}"
     emit(
         json_path,
-        bench_failures.rows_json(rows),
+        failure_ladder.rows_json(rows),
         lambda: console.print(wrote, highlight=False),
     )
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from c4p import report
+from c4p.cli import views
 from c4p.cli.common import JsonOption, console, emit, guarded
 from c4p.files import load_fabric, load_model
 from solver.planning.plans import PlanFile, paths_from_plan
@@ -39,8 +39,8 @@ def evaluate_cmd(
             results["plan"] = evaluate(fabric, workload, paths)
         emit(
             json_path,
-            report.evaluation_json(results),
-            lambda: report.print_evaluations(console, fabric, results),
+            views.evaluation_json(results),
+            lambda: views.print_evaluations(console, fabric, results),
         )
 
     guarded(body)

@@ -9,7 +9,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from c4p import report
+from c4p.cli import views
 from c4p.cli.common import JsonOption, QuietOption, console, emit, guarded, parse_sets, progress
 from c4p.cli.outputs import DATA_SUFFIXES, check_outputs
 from c4p.errors import C4pError
@@ -82,10 +82,10 @@ def fabric_generate(
         def render() -> None:
             if str(output) == "-":  # the fabric went to standard output: nothing else there
                 return
-            report.print_summary(console, summary)
+            views.print_summary(console, summary)
             console.print(f"wrote {output}")
 
-        emit(json_path, report.summary_json(summary), render)
+        emit(json_path, views.summary_json(summary), render)
 
     guarded(body)
 
@@ -126,10 +126,10 @@ def fabric_show(
         with progress("summarizing"):
             summary = summarize(fabric)
             alone = cut_off(fabric)
-        data = report.summary_json(summary)
+        data = views.summary_json(summary)
         data["isolated_nic_ports"] = len(alone.nic_ports)
         data["isolated_leaves"] = list(alone.leaves)
-        emit(json_path, data, lambda: report.print_summary(console, summary))
+        emit(json_path, data, lambda: views.print_summary(console, summary))
         if alone:
             err = Console(stderr=True)
             for what, names in (("NIC ports", alone.nic_ports), ("leaves", alone.leaves)):

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from c4p import report
+from c4p.cli import views
 from c4p.cli.admin import CaFile, CertFile, KeyFile, ServerName, client_tls
 from c4p.cli.common import JsonOption, check_number, console, emit, guarded
 from c4p.cli.outputs import DATA_SUFFIXES, check_outputs
@@ -76,10 +76,10 @@ def jobs_generate(
         def render() -> None:
             if str(output) == "-":  # the jobs went to standard output: nothing else there
                 return
-            report.print_jobs(console, jobs, workload.flows)
+            views.print_jobs(console, jobs, workload.flows)
             console.print(f"wrote {output}")
 
-        emit(json_path, report.jobs_json(jobs, workload.flows), render)
+        emit(json_path, views.jobs_json(jobs, workload.flows), render)
 
     guarded(body)
 

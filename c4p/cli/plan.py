@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from c4p import report
+from c4p.cli import views
 from c4p.cli.common import (
     JsonOption,
     QuietOption,
@@ -200,10 +200,10 @@ def plan_cmd(
                 "c4p": evaluate(fabric, workload, result.paths),
             }
         with phase("evaluate"):
-            comparison = report.PlanComparison(
+            comparison = views.PlanComparison(
                 ecmp=evaluations["ecmp"], greedy=greedy, c4p=result, c4p_eval=evaluations["c4p"]
             )
-            data = report.plan_json(comparison)
+            data = views.plan_json(comparison)
         if matching is not None:
             data["previous"] = matching
         if balanced is not None:
@@ -236,7 +236,7 @@ def plan_cmd(
         def render() -> None:
             if str(output) == "-":  # the plan went to standard output: nothing else there
                 return
-            report.print_plan(console, fabric, comparison, previous is not None)
+            views.print_plan(console, fabric, comparison, previous is not None)
             if matching is not None and (matching["new"] or matching["gone"]):
                 console.print(
                     f"  previous plan: {matching['matched']} flows matched by id, "

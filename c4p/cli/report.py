@@ -3,7 +3,7 @@
 Why two sources: an operator asks a running controller (``--controller``, through the admin
 API's ``GetDecisionLog``); a post-mortem, or a controller that is down, reads the store file
 (``--store``, opened read-only, safe beside a running controller). Both feed the same
-computation (:mod:`c4p.rollout`), so they print the same table. gRPC is imported inside the
+computation (:mod:`c4p.figures.rollout`), so they print the same table. gRPC is imported inside the
 command so the offline commands stay fast.
 """
 
@@ -23,7 +23,7 @@ from c4p.cli.tables import WideOption, fitted
 from c4p.errors import C4pError
 
 if TYPE_CHECKING:
-    from c4p.rollout import RolloutReport
+    from c4p.figures.rollout import RolloutReport
 
 
 def _fmt(value: float | None, spec: str = ".1f") -> str:
@@ -124,7 +124,7 @@ def report_cmd(
     guarded(lambda: check_outputs(("--plot", plot_path, (".png",))))
 
     def body() -> None:
-        from c4p import rollout
+        from c4p.figures import rollout
 
         if store is not None:
             from c4p.store.base import StoreError

@@ -40,9 +40,9 @@ def serve(
     """Serve the flow-intent and admin APIs until SIGINT/SIGTERM."""
     from c4p.cli.common import guarded
     from c4p.files import write_text
-    from c4p.serve import ServeConfig, load_config
     from c4p.service import telemetry
     from c4p.service.runtime import run
+    from c4p.service.serve import ServeConfig, load_config
 
     def body() -> ServeConfig:
         return load_config(config)

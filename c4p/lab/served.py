@@ -35,9 +35,9 @@ from c4p.lab.build import Lab
 from c4p.lab.gnmi_faces import LabGnmi
 from c4p.lab.hosts import Helpers
 from c4p.lab.traffic import Measurement, measure
-from c4p.serve import ServeConfig, check
 from c4p.service.embedded import EmbeddedService, embedded_config
 from c4p.service.runtime import ServiceRuntime
+from c4p.service.serve import ServeConfig, check
 from southbound.bindings import Binding, BindingSet, SynthesisMode
 from southbound.routes import QpRoute
 from topology.compare import compare_fabrics

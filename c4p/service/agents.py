@@ -40,8 +40,8 @@ import grpc
 from c4p.agent.probe_wire import BlackHole, silent, spec_of, trace_from
 from c4p.api.v1 import agent_pb2 as pb
 from c4p.detector.summary import TelemetrySink
-from c4p.serve import AgentsConfig
 from c4p.service.agent_telemetry import BadTelemetry, from_pb
+from c4p.service.serve import AgentsConfig
 from c4p.service.telemetry import Metrics
 from southbound.probing import IPv4, Probe, Trace
 from topology.errors import TopologyError

@@ -18,8 +18,8 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from c4p.files import save_fabric
-from c4p.serve import ServeConfig, check
 from c4p.service.runtime import ServiceRuntime
+from c4p.service.serve import ServeConfig, check
 from topology.model import Fabric
 
 T = TypeVar("T")

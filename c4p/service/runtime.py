@@ -57,7 +57,6 @@ from c4p.controller.reconcile import PortSourceFactory, Reconciler, StepOutcome
 from c4p.controller.state import ControllerState
 from c4p.controller.triggers import Key, KeyKind
 from c4p.files import load_fabric
-from c4p.serve import ServeConfig, is_unix, load_targets, split_address
 from c4p.service import admin, flow_intent
 from c4p.service import agents as agent_service
 from c4p.service.access import Guard, RateLimiter
@@ -67,6 +66,7 @@ from c4p.service.fabric_watch import FabricWatch
 from c4p.service.flow_intent import StreamHub
 from c4p.service.probing import ProbeWorker
 from c4p.service.rpc import Gate
+from c4p.service.serve import ServeConfig, is_unix, load_targets, split_address
 from c4p.service.store_watch import StoreWatch
 from c4p.service.telemetry import Metrics
 from c4p.store.base import Store

@@ -3,7 +3,7 @@
 Cases: 2-tier (rail-optimized) and 3-tier (fat-tree) fabrics at 4,096 and 16,384 GPUs, each
 with two jobs files: a rail ring over every host placed at random (``c4p jobs generate
 --placement random``), and a shuffled ring (each host's ranks send to a random other host:
-``c4p.bench.permutation_jobs``, the issue's case, an explicit communicator of one connection
+``c4p.figures.ladder.permutation_jobs``, the issue's case, an explicit communicator of one connection
 per GPU). Every run is ``c4p plan --fabric F --jobs J -o plan.json --timings --json T``: the
 wall time and peak memory come from outside (``os.wait4``), the phases from the command itself
 (``imports``: from the first ``c4p.cli`` import to the command body; ``startup+exit``: wall
@@ -62,7 +62,7 @@ def run(command: list[str], cwd: Path) -> tuple[float, float, int]:
 
 def make_inputs(c4p: list[str], work: Path, tiers: str, gpus: int) -> dict[str, tuple[Path, Path]]:
     """The fabric file and the two jobs files of one case."""
-    from c4p.bench import permutation_jobs
+    from c4p.figures.ladder import permutation_jobs
     from c4p.files import load_fabric, save_model
 
     fabric = work / f"{tiers}-{gpus}.json"

@@ -10,8 +10,8 @@ the path, alternating:
         --fabric fat-tree --gpus 4096 --failure "uplink (light)" --repeat 7
 
 The inputs are the ladder's: ``sized_for_gpus`` fabric, a shuffled ring of two QPs per GPU
-(``c4p.bench.permutation_jobs(2)``), the healthy plan, and the failure chosen from its loads
-(``c4p.bench_failures.failures``).
+(``c4p.figures.ladder.permutation_jobs(2)``), the healthy plan, and the failure chosen from its loads
+(``c4p.figures.failures.failures``).
 
 With ``--cold`` the warm-up is left out and only the first re-plan is timed, as a controller
 meets it right after a failure; run the command several times for its spread (3-tier 16,384
@@ -24,8 +24,8 @@ import argparse
 import statistics
 import time
 
-from c4p.bench import permutation_jobs
-from c4p.bench_failures import KINDS, failures
+from c4p.figures.failures import KINDS, failures
+from c4p.figures.ladder import permutation_jobs
 from solver.planner import plan
 from solver.workload.patterns import derive_workload
 from topology.generators import sized_for_gpus

@@ -6,8 +6,8 @@ accounts for the missing links), how fast does a *re-plan* from the plan in forc
 how many live QPs does it move compared with the fewest any plan could move.
 
 Every fabric carries a shuffled ring over every GPU (each host's ranks send to a random other
-host, :func:`c4p.bench.permutation_jobs`): every leaf link is busy, which is what makes a failure
-hurt. On each fabric c4p plans the healthy snapshot first (the plan in force), then for each
+host, :func:`c4p.figures.ladder.permutation_jobs`): every leaf link is busy, which is what makes a
+failure hurt. On each fabric c4p plans the healthy snapshot first (the plan in force), then for each
 failure kind:
 
 * **uplink (busiest)** / **uplink (light)**: the leaf-to-spine (leaf-to-agg) link whose upward
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from c4p.bench import ECMP_SEEDS, permutation_jobs
+from c4p.figures.ladder import ECMP_SEEDS, permutation_jobs
 from solver.bounds.treefewest import previous_options, tree_moves_bound
 from solver.bounds.treewithin import fewest_within
 from solver.exact.fattree import FatTreeShape, analyse
@@ -418,7 +418,7 @@ def markdown(rows: Sequence[FailureRow], command: str, seconds: float) -> str:
         "# Failure ladder\n\n"
         f"Produced by `{command}` in {seconds:.0f} s on {machine}, "
         f"{time.strftime('%Y-%m-%d', time.gmtime())}; the method is in "
-        "`c4p/bench_failures.py`'s docstring. Times are wall-clock, with the process's CPU "
+        "`c4p/figures/failures.py`'s docstring. Times are wall-clock, with the process's CPU "
         "time in brackets, on a 2-core machine shared with other work: wall times are "
         "inflated by the load, CPU times much less so.\n\n"
         "Every utilization is the busiest switch-to-switch link's load over its capacity in "

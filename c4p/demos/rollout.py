@@ -1,7 +1,7 @@
 """A staged rollout, end to end: jobs start in ``shadow``, a link fails, one job goes ``active``
 (the canary), then every job; the rollout report is printed from the decision log.
 
-``python -m c4p.demo_rollout [--dir DIR] [--interval 2]``: over real gRPC on loopback with an
+``python -m c4p.demos.rollout [--dir DIR] [--interval 2]``: over real gRPC on loopback with an
 embedded SQLite store (kept in ``DIR`` with the plot when given, so ``c4p report --store
 DIR/c4p.db`` reads the same log afterwards). Each phase starts on an interval boundary, so the
 report shows one phase per interval:
@@ -34,8 +34,8 @@ from c4p.api.v1 import intents_pb2 as pb
 from c4p.client import AdminClient, BindingWatch, FlowIntentClient, communicator
 from c4p.client.emulated import EmulatedTransport
 from c4p.client.mirror import BindingMirror
-from c4p.demo_service import realized
-from c4p.rollout import from_pb, plot, rollout
+from c4p.demos.service import realized
+from c4p.figures.rollout import from_pb, plot, rollout
 from c4p.service.embedded import EmbeddedService, embedded_config
 from solver.workload.jobs import CommunicatorSpec, JobsFile, JobSpec
 from solver.workload.patterns import derive_workload
@@ -67,7 +67,7 @@ def _at_least(epoch: int) -> Callable[[BindingMirror], bool]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m c4p.demo_rollout", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m c4p.demos.rollout", description=__doc__)
     parser.add_argument("--dir", type=Path, help="keep the store and the plot here")
     parser.add_argument("--interval", type=float, default=2.0, help="report interval (s)")
     parser.add_argument(

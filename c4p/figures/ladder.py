@@ -325,7 +325,7 @@ def markdown(rows: Sequence[Row], command: str, seconds: float) -> str:
         "# Benchmarks\n\n"
         f"Produced by `{command}` in {seconds:.0f} s on {machine}, "
         f"{time.strftime('%Y-%m-%d', time.gmtime())}. Regenerate with the same command; the "
-        "method is in `c4p/bench.py`'s docstring.\n\n"
+        "method is in `c4p/figures/ladder.py`'s docstring.\n\n"
         "Columns: *max util* is the busiest switch-to-switch link's load over its capacity, in "
         "NIC line rates (1.00 = one full-rate flow, 2.00 = two flows share it); ECMP is the "
         f"median over QP-number seeds {list(ECMP_SEEDS)}; *bound* is the best proven lower "

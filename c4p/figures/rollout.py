@@ -1,5 +1,5 @@
 """The rollout report: from the decision log, per interval and per control mode, what c4p did and
-what it predicts against ECMP. (``c4p/report.py`` renders the offline CLI's tables; this module
+what it predicts against ECMP. (``c4p/cli/views.py`` renders the offline CLI's tables; this module
 computes the figures of ``c4p report``.)
 
 Why from the decision log: every committed plan records, per planned job, its control mode, its

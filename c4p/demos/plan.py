@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from c4p import report
+from c4p.cli import views
 from c4p.files import save_fabric, save_model
 from solver.planner import plan
 from solver.workload.jobs import CommunicatorSpec, JobsFile, JobSpec
@@ -33,7 +33,7 @@ def main() -> None:
         RailOptimizedParams(name="demo-512", units=4, hosts_per_unit=16, rails=8, spines=16)
     )
     summary = summarize(fabric)
-    report.print_summary(console, summary)
+    views.print_summary(console, summary)
 
     # Two jobs on the hosts a busy cluster had free: random, so rings cross units often.
     ring = CommunicatorSpec(id="dp", pattern="ring", qps_per_connection=2)
@@ -47,14 +47,14 @@ def main() -> None:
     )
     workload = derive_workload(fabric, jobs)
     console.print()
-    report.print_jobs(console, jobs, workload.flows)
+    views.print_jobs(console, jobs, workload.flows)
 
     ecmp = ecmp_paths(fabric, workload.flows, seed=1)
     unplanned = evaluate(fabric, workload, ecmp.paths)
     planned = plan(fabric, workload, seed=1)
     results = {"ecmp": unplanned, "c4p": evaluate(fabric, workload, planned.paths)}
     console.print()
-    report.print_evaluations(console, fabric, results)
+    views.print_evaluations(console, fabric, results)
 
     OUT.mkdir(parents=True, exist_ok=True)
     save_fabric(fabric, OUT / "fabric.yaml")
