@@ -29,22 +29,17 @@ write after losing leadership, however late its request arrives.
     decisions/<sequence>         the decision log (the newest DECISIONS_KEPT)
     leader                       the election key (not data)
 
-**Large values.** etcd refuses a request over ``--max-request-bytes`` (1.5 MiB by default) and a
-transaction of more than ``--max-txn-ops`` (128) operations. A job's binding set (a 1,024-rank
-job holds thousands of bindings) and its intents are therefore blobs: compressed, split into
-chunks, written under a new version in batches below both limits, and made current by the small
-transaction that also writes the job record or the manifest; the old version is deleted after.
-A crash between the two leaves an unreferenced version that :meth:`load` ignores and the next
-write of that blob removes.
-
-**Bindings per epoch.** An epoch does not rewrite a job's binding blob: it writes the job's
-*difference* (what the epoch set and withdrew) in the same fenced transaction as the manifest,
-and every :data:`~c4p.store.etcd_epochs.MAX_DIFFS` epochs (or sooner when the differences
-outweigh the base) a new base replaces base + differences; see :mod:`c4p.store.etcd_epochs`.
+**Large values.** etcd refuses a request over ``--max-request-bytes`` (1.5 MiB by default) or
+of more than ``--max-txn-ops`` (128) operations. A job's bindings (a 1,024-rank job holds
+thousands) and its intents are therefore blobs: compressed, split into chunks written under a
+new version in batches below both limits, made current by the small transaction that writes the
+job record or the manifest, the old version deleted after. A crash in between leaves an
+unreferenced version that :meth:`load` ignores and the next write of that blob removes. An epoch
+writes only each job's *difference* (one small transaction), with a new base now and then:
+:mod:`c4p.store.etcd_epochs`.
 
 **History.** etcd keeps every revision until compacted; the store compacts to the revision of
-its last commit every ``compact_every`` commits, so the database holds the current state and a
-short history only.
+its last commit every ``compact_every`` commits (the current state and a short history remain).
 
 The store caches what it loaded (and what it wrote since): the controller is the only writer, so
 the cache is the state in etcd, and a new blob version is built from it without reading back.
@@ -66,14 +61,22 @@ from c4p.store.base import (
     DecisionRecord,
     DecisionResult,
     EpochCommit,
-    HeldBinding,
     JobRecord,
     LinkOverride,
     RollbackRecord,
     StoredState,
     StoreError,
 )
-from c4p.store.etcd_epochs import BlobRef, chunked, pack, plan_epoch, read_blob, reconstruct, seq
+from c4p.store.etcd_epochs import (
+    BlobRef,
+    Manifest,
+    chunked,
+    pack,
+    plan_epoch,
+    read_bindings,
+    read_blob,
+    seq,
+)
 from c4p.store.etcdclient import (
     EtcdClient,
     EtcdError,
@@ -117,19 +120,6 @@ class JobDoc(BaseModel):
 
     record: JobRecord
     intents: BlobRef | None = None
-
-
-class Manifest(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    epoch: int = 0
-    fingerprint: str = ""
-    compacted_epoch: int = 0
-    bindings: dict[str, BlobRef] = {}
-    """Per job its base (:mod:`c4p.store.etcd_epochs`)."""
-    diffs: dict[str, list[BlobRef]] = {}
-    """Per job the epochs' differences on top of its base, oldest first (absent in stores
-    written before differences: they read as bases alone)."""
 
 
 class EtcdStore:
@@ -209,12 +199,18 @@ class EtcdStore:
 
     def load(self) -> StoredState:
         """Everything under the prefix, read at one revision; also (re)fills the cache."""
+        try:
+            _, kvs = self.client.scan(self.prefix)
+        except EtcdError as exc:
+            raise StoreError(f"etcd store: cannot read: {exc}") from exc
+        return self.load_from({kv.key[len(self.prefix) :].decode(): kv.value for kv in kvs})
+
+    def load_from(self, kv: dict[str, bytes]) -> StoredState:
+        """:meth:`load` from keys already read at one revision (names relative to the prefix):
+        a follower's warm copy (:mod:`c4p.store.etcd_watch`) instead of a read of etcd."""
         with self._lock:
             try:
-                _, kvs = self.client.scan(self.prefix)
-                return self._load({kv.key[len(self.prefix) :].decode(): kv.value for kv in kvs})
-            except EtcdError as exc:
-                raise StoreError(f"etcd store: cannot read: {exc}") from exc
+                return self._load(kv)
             except (ValidationError, ValueError, zlib.error) as exc:
                 raise StoreError(f"etcd store: a record does not parse: {exc}") from exc
 
@@ -247,16 +243,7 @@ class EtcdStore:
             self._intents[job_id] = comms
             state.jobs[job_id] = doc.record
             state.intents[job_id] = dict(comms)
-        for job_id in sorted(set(manifest.bindings) | set(manifest.diffs)):
-            base, diffs = manifest.bindings.get(job_id), manifest.diffs.get(job_id, [])
-            texts, stones = reconstruct(kv, job_id, base, diffs)
-            held: dict[QpKey, HeldBinding] = {}
-            for key, text in texts.items():
-                h = HeldBinding.model_validate_json(text)
-                if h.key != key:
-                    raise ValueError(f"{job_id}: binding {h.key} stored as {key}")
-                held[key] = h
-            stones = {k: e for k, e in stones.items() if e > manifest.compacted_epoch}
+        for job_id, texts, held, stones in read_bindings(kv, manifest):
             self._held[job_id], self._stones[job_id] = texts, stones
             if held:
                 state.bindings[job_id] = dict(held)
@@ -480,7 +467,8 @@ class EtcdStore:
                 )
             self._commits += 1
             if self.compact_every and self._commits % self.compact_every == 0:
-                self._compact(reply.header.revision)
+                with contextlib.suppress(EtcdError):  # a failure only delays it to next time
+                    self.client.compact(reply.header.revision)
 
     def log_decision(self, decision: DecisionRecord) -> None:
         with self._lock:
@@ -500,11 +488,6 @@ class EtcdStore:
                 delete_op(self._key("decisions", ""), self._key("decisions", seq(oldest + 1)))
             )
         return ops
-
-    def _compact(self, revision: int) -> None:
-        """Drop history older than ``revision`` (a failure only delays it to the next time)."""
-        with contextlib.suppress(EtcdError):
-            self.client.compact(revision)
 
     def close(self) -> None:
         if self.owns_client:

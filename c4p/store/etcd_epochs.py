@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
-from c4p.store.base import EpochCommit
+from c4p.store.base import EpochCommit, HeldBinding
 from southbound.routes import QpKey
 
 MAX_DIFFS = 32
@@ -55,6 +55,21 @@ class BlobRef(BaseModel):
     version: int
     chunks: int
     size: int = 0
+
+
+class Manifest(BaseModel):
+    """The one key that says what is current: the epoch and, per job, its base and diffs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    epoch: int = 0
+    fingerprint: str = ""
+    compacted_epoch: int = 0
+    bindings: dict[str, BlobRef] = {}
+    """Per job its base."""
+    diffs: dict[str, list[BlobRef]] = {}
+    """Per job the epochs' differences on top of its base, oldest first (absent in stores
+    written before differences: they read as bases alone)."""
 
 
 def seq(n: int) -> str:
@@ -133,6 +148,24 @@ def reconstruct(
             held.pop(key, None)
             stones[key] = ref.version
     return held, stones
+
+
+def read_bindings(
+    kv: Mapping[str, bytes], manifest: Manifest
+) -> Iterator[tuple[str, dict[QpKey, str], dict[QpKey, HeldBinding], dict[QpKey, int]]]:
+    """Per job of the manifest: its bindings as JSON and parsed, and its tombstones newer than
+    the compacted epoch."""
+    for job in sorted(set(manifest.bindings) | set(manifest.diffs)):
+        texts, stones = reconstruct(
+            kv, job, manifest.bindings.get(job), manifest.diffs.get(job, [])
+        )
+        held: dict[QpKey, HeldBinding] = {}
+        for key, text in texts.items():
+            h = HeldBinding.model_validate_json(text)
+            if h.key != key:
+                raise ValueError(f"{job}: binding {h.key} stored as {key}")
+            held[key] = h
+        yield job, texts, held, {k: e for k, e in stones.items() if e > manifest.compacted_epoch}
 
 
 def should_compact(base: BlobRef | None, diffs: list[BlobRef], diff_size: int) -> bool:
