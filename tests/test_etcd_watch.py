@@ -1,7 +1,8 @@
 """A follower's warm copy (etcd Watch) on a real 3-member etcd cluster (loopback): it follows a
 leader's writes (differences, compactions, deletes) to exactly what a full read returns, loads
-to the same state, resumes on another member when its member is killed (``kill -9``) without a
-full read, and falls back to a full read when the revision it resumes from was compacted."""
+to the same state (its bindings parsed ahead, advanced by the new differences only), resumes on
+another member when its member is killed (``kill -9``) without a full read, and falls back to a
+full read when the revision it resumes from was compacted."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from test_store import job
 
 from c4p.store import StoreError, etcd_epochs
 from c4p.store.etcd import EtcdStore
+from c4p.store.etcd_epochs import Manifest
 from c4p.store.etcd_watch import WarmCopy
 from c4p.store.etcdclient import EtcdClient
 from c4p.testing.etcd_cluster import EtcdCluster, etcd_binary
@@ -60,8 +62,15 @@ def test_the_copy_follows_every_write_and_loads_the_same(
         revision, expected = full_read(cluster, prefix)
         seen = copy.snapshot(revision, 30.0)
         assert seen == expected
+        assert seen is not None
+        cold = EtcdStore(EtcdClient(cluster.endpoints), prefix).load()
         warm = EtcdStore(EtcdClient(cluster.endpoints), prefix).load_from(seen)
-        assert warm == EtcdStore(EtcdClient(cluster.endpoints), prefix).load()
+        assert warm == cold
+        parsed = copy.bindings()  # what the copy parsed as the manifest changed
+        assert parsed["a"].held == cold.bindings["a"]
+        again = EtcdStore(EtcdClient(cluster.endpoints), prefix).load_from(seen, parsed)
+        assert again == cold
+        assert all(again.bindings["a"][k] is h for k, h in parsed["a"].held.items())  # not reparsed
         assert warm.epoch == 11 and list(warm.jobs) == ["a"]
         assert copy.full_reads == 1  # one read at the start, then only the watch
         assert copy.snapshot(revision + 1000, 0.2) is None  # a revision not reached: no copy
@@ -114,3 +123,27 @@ def test_a_compacted_revision_falls_back_to_a_full_read(cluster: EtcdCluster, pr
         assert copy.full_reads == 2
     finally:
         copy.stop()
+
+
+def test_parsed_bindings_advance_by_the_new_differences_only(
+    cluster: EtcdCluster, prefix: str
+) -> None:
+    store = fenced(cluster.endpoints, prefix, leader_key(cluster, prefix))
+    store.register_job(job(), 1)
+    for e in (1, 2, 3):
+        store.commit_epoch(epoch_commit(e))
+    _, kv = full_read(cluster, prefix)
+    manifest = Manifest.model_validate_json(kv["manifest"])
+    before = etcd_epochs.read_bindings(kv, manifest)["a"]
+    store.commit_epoch(epoch_commit(4))
+    _, kv = full_read(cluster, prefix)
+    manifest = Manifest.model_validate_json(kv["manifest"])
+    fresh = etcd_epochs.read_bindings(kv, manifest)["a"]
+    advanced = etcd_epochs.read_bindings(kv, manifest, {"a": before})["a"]
+    assert (advanced.held, advanced.stones) == (fresh.held, fresh.stones)
+    moved = {h.key for h in epoch_commit(4).upserts}
+    kept = set(before.held) - moved - set(epoch_commit(4).removals)
+    assert kept and all(advanced.held[k] is before.held[k] for k in kept)
+    assert all(advanced.held[k] is not before.held.get(k) for k in moved)
+    stale = etcd_epochs.JobBindings(None, (), {}, {})  # another base: read from scratch
+    assert etcd_epochs.read_bindings(kv, manifest, {"a": stale})["a"].held == fresh.held

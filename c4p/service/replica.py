@@ -278,7 +278,8 @@ class Replica:
             if kv is None:
                 store.load()  # off the event loop: fails here, not in the runtime, if etcd is down
             else:
-                store.load_from(kv)
+                assert copy is not None
+                store.load_from(kv, copy.bindings())  # parsed ahead: only what is newer is parsed
             return store
 
         store = await asyncio.to_thread(open_store)

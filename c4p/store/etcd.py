@@ -69,6 +69,8 @@ from c4p.store.base import (
 )
 from c4p.store.etcd_epochs import (
     BlobRef,
+    Held,
+    JobBindings,
     Manifest,
     chunked,
     pack,
@@ -153,7 +155,7 @@ class EtcdStore:
         self._manifest = Manifest()
         self._jobs: dict[str, JobDoc] = {}
         self._intents: dict[str, dict[str, CommunicatorRecord]] = {}
-        self._held: dict[str, dict[QpKey, str]] = {}
+        self._held: dict[str, dict[QpKey, Held]] = {}
         """Per job, each binding in force as its JSON: a re-plan re-serializes only what moved."""
         self._stones: dict[str, dict[QpKey, int]] = {}
         self._commits = 0
@@ -205,16 +207,21 @@ class EtcdStore:
             raise StoreError(f"etcd store: cannot read: {exc}") from exc
         return self.load_from({kv.key[len(self.prefix) :].decode(): kv.value for kv in kvs})
 
-    def load_from(self, kv: dict[str, bytes]) -> StoredState:
+    def load_from(
+        self, kv: dict[str, bytes], warm: dict[str, JobBindings] | None = None
+    ) -> StoredState:
         """:meth:`load` from keys already read at one revision (names relative to the prefix):
-        a follower's warm copy (:mod:`c4p.store.etcd_watch`) instead of a read of etcd."""
+        a follower's warm copy (:mod:`c4p.store.etcd_watch`) instead of a read of etcd, with
+        the bindings it has parsed already (``warm``: only what is newer is parsed)."""
         with self._lock:
             try:
-                return self._load(kv)
+                return self._load(kv, warm)
             except (ValidationError, ValueError, zlib.error) as exc:
                 raise StoreError(f"etcd store: a record does not parse: {exc}") from exc
 
-    def _load(self, kv: dict[str, bytes]) -> StoredState:
+    def _load(
+        self, kv: dict[str, bytes], warm: dict[str, JobBindings] | None = None
+    ) -> StoredState:
         manifest = Manifest.model_validate_json(kv.get("manifest", b"{}"))
         state = StoredState(
             epoch=manifest.epoch,
@@ -243,8 +250,10 @@ class EtcdStore:
             self._intents[job_id] = comms
             state.jobs[job_id] = doc.record
             state.intents[job_id] = dict(comms)
-        for job_id, texts, held, stones in read_bindings(kv, manifest):
-            self._held[job_id], self._stones[job_id] = texts, stones
+        for job_id, read in read_bindings(kv, manifest, warm).items():
+            held = read.held
+            stones = {k: e for k, e in read.stones.items() if e > manifest.compacted_epoch}
+            self._held[job_id], self._stones[job_id] = dict(held), stones
             if held:
                 state.bindings[job_id] = dict(held)
             if stones:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
@@ -97,9 +97,16 @@ def read_blob(kv: Mapping[str, bytes], name: str, ref: BlobRef) -> object:
     return json.loads(zlib.decompress(b"".join(parts)))
 
 
-def base_body(held: Mapping[QpKey, str], stones: Mapping[QpKey, int]) -> bytes:
+Held = str | HeldBinding
+"""A binding in a store's cache: as written (its JSON, made once for the difference) or as read
+(parsed; turned into JSON again only when a base is written)."""
+
+
+def base_body(held: Mapping[QpKey, Held], stones: Mapping[QpKey, int]) -> bytes:
     """A job's whole set: every binding's JSON, and its tombstones ``[comm, conn, qp, epoch]``."""
-    bindings = ",".join(held.values())
+    bindings = ",".join(
+        h if isinstance(h, str) else h.model_dump_json(exclude_defaults=True) for h in held.values()
+    )
     tomb = json.dumps([[k[1], k[2], k[3], e] for k, e in sorted(stones.items())])
     return f'{{"bindings":[{bindings}],"tombstones":{tomb}}}'.encode()
 
@@ -110,62 +117,76 @@ def diff_body(epoch: int, upserts: Iterable[str], removals: Iterable[QpKey]) -> 
     return f'{{"epoch":{epoch},"upserts":[{",".join(upserts)}],"removals":{gone}}}'.encode()
 
 
-def _key(job: str, item: Mapping[str, object]) -> QpKey:
-    b = item["binding"]
-    assert isinstance(b, dict)
-    return (job, str(b["communicator"]), int(b["connection"]), int(b["qp"]))
+@dataclass(frozen=True)
+class JobBindings:
+    """A job's bindings as read from one base and a run of differences (tombstones not yet
+    filtered by the compacted epoch). Kept by a follower's warm copy: the next read of the
+    same base with more differences parses only those (:func:`advance`)."""
+
+    base: BlobRef | None
+    diffs: tuple[BlobRef, ...]
+    held: dict[QpKey, HeldBinding]
+    stones: dict[QpKey, int]
 
 
-def _text(item: object) -> str:
-    return json.dumps(item, separators=(",", ":"))
+def _parse(job: str, item: object) -> HeldBinding:
+    h = HeldBinding.model_validate(item)
+    if h.key[0] != job:
+        raise ValueError(f"{job}: binding {h.key} stored under job {job}")
+    return h
 
 
-def reconstruct(
-    kv: Mapping[str, bytes], job: str, base: BlobRef | None, diffs: Iterable[BlobRef]
-) -> tuple[dict[QpKey, str], dict[QpKey, int]]:
-    """A job's bindings (JSON per QP) and tombstones (epoch per QP): its base, then each diff in
-    epoch order, a later epoch overriding an earlier one exactly as the commits did."""
-    held: dict[QpKey, str] = {}
-    stones: dict[QpKey, int] = {}
-    if base is not None:
-        body = read_blob(kv, f"blob/bindings/{job}", base)
-        assert isinstance(body, dict)
-        for item in body["bindings"]:
-            held[_key(job, item)] = _text(item)
-        for comm, conn, qp, epoch in body["tombstones"]:
-            stones[(job, comm, conn, qp)] = epoch
-    for ref in sorted(diffs, key=lambda r: r.version):
+def advance(
+    kv: Mapping[str, bytes],
+    job: str,
+    base: BlobRef | None,
+    diffs: Iterable[BlobRef],
+    have: JobBindings | None = None,
+) -> JobBindings:
+    """A job's bindings and tombstones: its base, then each difference in epoch order, a later
+    epoch overriding an earlier one exactly as the commits did. With ``have`` read from the same
+    base and a prefix of these differences, only the differences after it are read. (A base or
+    difference, once a manifest named it, never changes: epochs only grow.)"""
+    run = tuple(sorted(diffs, key=lambda r: r.version))
+    if have is not None and have.base == base and have.diffs == run[: len(have.diffs)]:
+        held, stones, start = dict(have.held), dict(have.stones), len(have.diffs)
+    else:
+        held, stones, start = {}, {}, 0
+        if base is not None:
+            body = read_blob(kv, f"blob/bindings/{job}", base)
+            assert isinstance(body, dict)
+            for item in body["bindings"]:
+                h = _parse(job, item)
+                held[h.key] = h
+            for comm, conn, qp, epoch in body["tombstones"]:
+                stones[(job, comm, conn, qp)] = epoch
+    for ref in run[start:]:
         diff = read_blob(kv, f"blob/bdiff/{job}", ref)
         assert isinstance(diff, dict)
         if diff["epoch"] != ref.version:
             raise ValueError(f"{job}: diff {ref.version} says epoch {diff['epoch']}")
         for item in diff["upserts"]:
-            key = _key(job, item)
-            held[key] = _text(item)
-            stones.pop(key, None)
+            h = _parse(job, item)
+            held[h.key] = h
+            stones.pop(h.key, None)
         for comm, conn, qp in diff["removals"]:
             key = (job, comm, conn, qp)
             held.pop(key, None)
             stones[key] = ref.version
-    return held, stones
+    return JobBindings(base, run, held, stones)
 
 
 def read_bindings(
-    kv: Mapping[str, bytes], manifest: Manifest
-) -> Iterator[tuple[str, dict[QpKey, str], dict[QpKey, HeldBinding], dict[QpKey, int]]]:
-    """Per job of the manifest: its bindings as JSON and parsed, and its tombstones newer than
-    the compacted epoch."""
-    for job in sorted(set(manifest.bindings) | set(manifest.diffs)):
-        texts, stones = reconstruct(
-            kv, job, manifest.bindings.get(job), manifest.diffs.get(job, [])
+    kv: Mapping[str, bytes], manifest: Manifest, have: Mapping[str, JobBindings] | None = None
+) -> dict[str, JobBindings]:
+    """Every job of the manifest (see :func:`advance`; ``have``: what was read before)."""
+    have = have or {}
+    return {
+        job: advance(
+            kv, job, manifest.bindings.get(job), manifest.diffs.get(job, []), have.get(job)
         )
-        held: dict[QpKey, HeldBinding] = {}
-        for key, text in texts.items():
-            h = HeldBinding.model_validate_json(text)
-            if h.key != key:
-                raise ValueError(f"{job}: binding {h.key} stored as {key}")
-            held[key] = h
-        yield job, texts, held, {k: e for k, e in stones.items() if e > manifest.compacted_epoch}
+        for job in sorted(set(manifest.bindings) | set(manifest.diffs))
+    }
 
 
 def should_compact(base: BlobRef | None, diffs: list[BlobRef], diff_size: int) -> bool:
@@ -184,7 +205,7 @@ def should_compact(base: BlobRef | None, diffs: list[BlobRef], diff_size: int) -
 class EpochWrite:
     """What one epoch writes, decided before anything is written (:func:`plan_epoch`)."""
 
-    held: dict[str, dict[QpKey, str]]
+    held: dict[str, dict[QpKey, Held]]
     """The touched jobs' bindings after the epoch (JSON per QP): the store's cache once it
     committed."""
     stones: dict[str, dict[QpKey, int]]
@@ -202,7 +223,7 @@ class EpochWrite:
 
 def plan_epoch(
     commit: EpochCommit,
-    held: Mapping[str, dict[QpKey, str]],
+    held: Mapping[str, dict[QpKey, Held]],
     stones: Mapping[str, dict[QpKey, int]],
     refs: Mapping[str, BlobRef],
     diffs: Mapping[str, list[BlobRef]],
