@@ -39,10 +39,8 @@ writes only each job's *difference* (one small transaction), with a new base now
 :mod:`c4p.store.etcd_epochs`.
 
 **History.** etcd keeps every revision until compacted; the store compacts to the revision of
-its last commit every ``compact_every`` commits (the current state and a short history remain).
-
-The store caches what it loaded (and what it wrote since): the controller is the only writer, so
-the cache is the state in etcd, and a new blob version is built from it without reading back.
+its last commit every ``compact_every`` commits. **Cache.** The store keeps what it loaded and
+wrote since: the controller is the only writer, so a new blob is built without reading back.
 """
 
 from __future__ import annotations
@@ -156,7 +154,8 @@ class EtcdStore:
         self._jobs: dict[str, JobDoc] = {}
         self._intents: dict[str, dict[str, CommunicatorRecord]] = {}
         self._held: dict[str, dict[QpKey, Held]] = {}
-        """Per job, each binding in force as its JSON: a re-plan re-serializes only what moved."""
+        """Per job, each binding in force (JSON, or as loaded its record): a re-plan serializes
+        only what moved."""
         self._stones: dict[str, dict[QpKey, int]] = {}
         self._commits = 0
         self._loaded = False
@@ -201,11 +200,12 @@ class EtcdStore:
 
     def load(self) -> StoredState:
         """Everything under the prefix, read at one revision; also (re)fills the cache."""
-        try:
-            _, kvs = self.client.scan(self.prefix)
-        except EtcdError as exc:
-            raise StoreError(f"etcd store: cannot read: {exc}") from exc
-        return self.load_from({kv.key[len(self.prefix) :].decode(): kv.value for kv in kvs})
+        with self._lock:  # no write of this store between the read and the cache it fills
+            try:
+                _, kvs = self.client.scan(self.prefix)
+            except EtcdError as exc:
+                raise StoreError(f"etcd store: cannot read: {exc}") from exc
+            return self.load_from({kv.key[len(self.prefix) :].decode(): kv.value for kv in kvs})
 
     def load_from(
         self, kv: dict[str, bytes], warm: dict[str, JobBindings] | None = None
@@ -219,9 +219,7 @@ class EtcdStore:
             except (ValidationError, ValueError, zlib.error) as exc:
                 raise StoreError(f"etcd store: a record does not parse: {exc}") from exc
 
-    def _load(
-        self, kv: dict[str, bytes], warm: dict[str, JobBindings] | None = None
-    ) -> StoredState:
+    def _load(self, kv: dict[str, bytes], warm: dict[str, JobBindings] | None) -> StoredState:
         manifest = Manifest.model_validate_json(kv.get("manifest", b"{}"))
         state = StoredState(
             epoch=manifest.epoch,
@@ -251,11 +249,10 @@ class EtcdStore:
             state.jobs[job_id] = doc.record
             state.intents[job_id] = dict(comms)
         for job_id, read in read_bindings(kv, manifest, warm).items():
-            held = read.held
             stones = {k: e for k, e in read.stones.items() if e > manifest.compacted_epoch}
-            self._held[job_id], self._stones[job_id] = dict(held), stones
-            if held:
-                state.bindings[job_id] = dict(held)
+            self._held[job_id], self._stones[job_id] = dict(read.held), stones
+            if read.held:
+                state.bindings[job_id] = dict(read.held)
             if stones:
                 state.tombstones[job_id] = dict(stones)
         for name, value in kv.items():
