@@ -10,10 +10,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from test_etcd_epochs import epoch_commit, fenced, leader_key
+from test_etcd_epochs import epoch_commit, expected, fenced, leader_key
 from test_store import job
 
-from c4p.store import StoreError, etcd_epochs
+from c4p.store import LinkOverride, StoreError, etcd_epochs
 from c4p.store.etcd import EtcdStore
 from c4p.store.etcd_epochs import Manifest
 from c4p.store.etcd_watch import WarmCopy
@@ -147,3 +147,25 @@ def test_parsed_bindings_advance_by_the_new_differences_only(
     assert all(advanced.held[k] is not before.held.get(k) for k in moved)
     stale = etcd_epochs.JobBindings(None, (), {}, {})  # another base: read from scratch
     assert etcd_epochs.read_bindings(kv, manifest, {"a": stale})["a"].held == fresh.held
+
+
+def test_a_leading_replica_parses_nothing_ahead_and_a_follower_again(
+    cluster: EtcdCluster, prefix: str
+) -> None:
+    """While its replica leads the copy keeps raw keys only; once it follows again the next
+    event of any key (here an override, not the manifest) brings the parsed bindings back."""
+    copy = WarmCopy(EtcdClient(cluster.endpoints), prefix.encode()).start()
+    try:
+        copy.parsing = False
+        store = fenced(cluster.endpoints, prefix, leader_key(cluster, prefix))
+        store.register_job(job(), 1)
+        store.commit_epoch(epoch_commit(1))
+        revision, _ = full_read(cluster, prefix)
+        assert copy.snapshot(revision, 30.0) is not None and copy.bindings() == {}
+        copy.parsing = True
+        store.set_link_override(LinkOverride(link_id="l1--l2", at=1.0))
+        revision, _ = full_read(cluster, prefix)
+        assert copy.snapshot(revision, 30.0) is not None
+        assert copy.bindings()["a"].held == expected(1)[0]
+    finally:
+        copy.stop()

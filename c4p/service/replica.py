@@ -301,6 +301,8 @@ class Replica:
     ) -> None:
         await runtime.start()
         self.store, self.runtime, self.role = store, runtime, Role.LEADER
+        if self.warm is not None:
+            self.warm.parsing = False
         self.writable = True
         store.on_fenced = runtime.metrics.fenced_writes.inc
         runtime.metrics.leader.set(1)
@@ -351,6 +353,8 @@ class Replica:
         log.warning("stepping down", extra={"event": "step-down", "why": why})
         runtime, self.runtime, self.store = self.runtime, None, None
         self.role = Role.FOLLOWER
+        if self.warm is not None:
+            self.warm.parsing = True
         self.writable = True
         if runtime is not None:
             await runtime.stop()

@@ -56,6 +56,11 @@ class WarmCopy:
         """The member the watch is on (the last one it opened)."""
         self._kv: dict[bytes, bytes] = {}
         self._bindings: dict[str, JobBindings] = {}
+        self.parsing = True
+        """Whether to parse bindings ahead: off while this replica leads (its store holds them;
+        parsing its own writes would only take CPU from planning), on again as a follower."""
+        self._stale = False
+        """Parsing was skipped: the next event (not only a manifest change) parses."""
         self._revision = 0
         """The newest revision applied (0: no full read yet, or one is needed)."""
         self._changed = threading.Condition()
@@ -102,6 +107,12 @@ class WarmCopy:
     def _parse(self) -> None:
         """Advance the parsed bindings to the manifest in the copy (this thread is the only
         writer of the copy, so it reads it without the lock)."""
+        if not self.parsing:
+            with self._changed:
+                self._bindings = {}
+            self._stale = True
+            return
+        self._stale = False
         kv = _Under(self._kv, self.prefix)
         raw = self._kv.get(self.prefix + b"manifest", b"{}")
         try:
@@ -166,7 +177,7 @@ class WarmCopy:
                     self._kv[event.kv.key] = event.kv.value
                 changed = changed or event.kv.key == manifest
             revision = max(self._revision, *(e.kv.mod_revision for e in events))
-        if changed:  # before the revision is announced: a promotion then finds them parsed
+        if changed or self._stale:  # before the revision is announced: a promotion finds them
             self._parse()
         with self._changed:
             self._revision = revision
