@@ -219,6 +219,12 @@ def test_kill_9_of_the_leader_under_load_loses_nothing(etcd: EtcdCluster, tmp_pa
                 w.join(60)
             second = group.wait_leader(other_than=first.name)
             assert second != first.name
+            promoted = [
+                json.loads(line)
+                for line in group.by_name(second).log.read_text().splitlines()
+                if '"event": "leading"' in line
+            ]
+            assert promoted[-1]["warm"] is True  # loaded from its Watch copy, not a read of etcd
             jobs = {j.job_id: j for j in admin.jobs().jobs}
             kept = set(registered) - set(released) - set(uncertain)
             assert kept <= set(jobs)  # every acknowledged registration survived

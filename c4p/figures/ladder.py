@@ -342,7 +342,10 @@ def markdown(rows: Sequence[Row], command: str, seconds: float) -> str:
         "failure ladder, [benchmarks-failures.md](benchmarks-failures.md) "
         "(`c4p bench --failures`).\n\n"
         "The whole `c4p plan` command (imports, loading, validation, baselines, writing) per "
-        "phase: [benchmarks-plan.md](benchmarks-plan.md) (`scripts/measure/plan_phases.py`).\n"
+        "phase: [benchmarks-plan.md](benchmarks-plan.md) (`scripts/measure/plan_phases.py`).\n\n"
+        "The stores (SQLite, 3-member etcd) writing a 1,024-rank job's re-plans, and an etcd "
+        "failover: [benchmarks-store.md](benchmarks-store.md) "
+        "(`scripts/measure/store_throughput.py`, `scripts/measure/ha_failover.py`).\n"
     )
 
 

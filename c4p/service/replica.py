@@ -49,6 +49,7 @@ from c4p.service.serve import ServeConfig, split_address
 from c4p.store.base import StoreError
 from c4p.store.election import Election, LeaderInfo
 from c4p.store.etcd import EtcdStore, Fence
+from c4p.store.etcd_watch import WarmCopy
 from c4p.store.etcdclient import EtcdClient, EtcdError, EtcdTls
 from topology.model import Fabric
 
@@ -98,6 +99,10 @@ class Replica:
         self.promotions = 0
         self.last_promotion_s = 0.0
         """Seconds from winning the election to serving as the leader (the last time)."""
+        self.last_promotion_warm = False
+        """Whether that promotion loaded from the warm copy (not from a read of etcd)."""
+        self.warm: WarmCopy | None = None
+        """The store as this replica last saw it (etcd Watch), so a promotion reads nothing."""
         self._follower: grpc.aio.Server | None = None
         self._health = HealthServicer()
         self._task: asyncio.Task[None] | None = None
@@ -166,6 +171,8 @@ class Replica:
         me = LeaderInfo(self.config.replica.name, self.config.replica.advertise or self.address)
         key = self.config.store.prefix.rstrip("/").encode() + b"/leader"
         self.election = Election(self.client, key, me, self.config.store.lease_ttl_s)
+        prefix = self.config.store.prefix.rstrip("/").encode() + b"/"
+        self.warm = WarmCopy(self.client, prefix).start()
         with contextlib.suppress(EtcdError):  # ready means: able to name a leader at once
             await asyncio.to_thread(self.election.observe)
         self._task = asyncio.create_task(self._run(), name="c4p-replica")
@@ -192,6 +199,8 @@ class Replica:
         if self.election is not None:
             await asyncio.to_thread(self.election.resign)  # the next replica need not wait a TTL
         await self._stop_follower()
+        if self.warm is not None:
+            await asyncio.to_thread(self.warm.stop)
         self.client.close()
 
     async def _run(self) -> None:
@@ -254,14 +263,23 @@ class Replica:
             extra={"event": "store-writable", "writable": writable, "why": why},
         )
 
-    async def _build(self, fence: Fence) -> tuple[EtcdStore, ServiceRuntime]:
+    async def _build(self, fence: Fence, warm: bool = False) -> tuple[EtcdStore, ServiceRuntime]:
         """A store fenced by ``fence`` and a runtime on the state etcd holds (not started).
-        Raises :class:`StoreError` / :class:`EtcdError` when etcd cannot be read."""
+        With ``warm``, from the warm copy once it has seen ``fence`` created (then it holds all
+        the old leader committed: :mod:`c4p.store.etcd_watch`), else (or if it lags) read from
+        etcd. Raises :class:`StoreError` / :class:`EtcdError` when etcd cannot be read."""
 
         def open_store() -> EtcdStore:
             store = EtcdStore(self.client, self.config.store.prefix, owns_client=False)
             store.fence = fence
-            store.load()  # off the event loop: fails here, not inside the runtime, if etcd is down
+            copy = self.warm if warm else None
+            kv = None if copy is None else copy.snapshot(fence.revision, self.client.timeout)
+            self.last_promotion_warm = kv is not None
+            if kv is None:
+                store.load()  # off the event loop: fails here, not in the runtime, if etcd is down
+            else:
+                assert copy is not None
+                store.load_from(kv, copy.bindings())  # parsed ahead: only what is newer is parsed
             return store
 
         store = await asyncio.to_thread(open_store)
@@ -274,7 +292,7 @@ class Replica:
 
     async def _promote(self, fence: Fence) -> None:
         started = time.monotonic()
-        store, runtime = await self._build(fence)
+        store, runtime = await self._build(fence, warm=True)
         await self._stop_follower()
         await self._lead(fence, store, runtime, started)
 
@@ -283,6 +301,8 @@ class Replica:
     ) -> None:
         await runtime.start()
         self.store, self.runtime, self.role = store, runtime, Role.LEADER
+        if self.warm is not None:
+            self.warm.parsing = False
         self.writable = True
         store.on_fenced = runtime.metrics.fenced_writes.inc
         runtime.metrics.leader.set(1)
@@ -299,6 +319,7 @@ class Replica:
                 "epoch": runtime.state.epoch,
                 "jobs": len(runtime.state.jobs),
                 "promote_s": round(self.last_promotion_s, 3),
+                "warm": self.last_promotion_warm,
             },
         )
 
@@ -332,6 +353,8 @@ class Replica:
         log.warning("stepping down", extra={"event": "step-down", "why": why})
         runtime, self.runtime, self.store = self.runtime, None, None
         self.role = Role.FOLLOWER
+        if self.warm is not None:
+            self.warm.parsing = True
         self.writable = True
         if runtime is not None:
             await runtime.stop()

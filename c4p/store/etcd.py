@@ -20,33 +20,32 @@ write after losing leadership, however late its request arrives.
 **Layout** under ``prefix`` (values are the pydantic JSON of the records)::
 
     meta/schema, meta/secret, meta/incarnation, meta/decision_sequence, meta/rollback
-    manifest                     epoch, fingerprint, compacted epoch, per job its binding blob
+    manifest                     epoch, fingerprint, compacted epoch, per job its binding base
+                                 and the epochs' differences on top of it
     jobs/<job>                   the job record and the reference of its intents blob
-    blob/<kind>/<job>/<version>/<n>   zlib'd JSON in chunks of at most CHUNK_BYTES
+    blob/<kind>/<job>/<version>/<n>   zlib'd JSON in chunks of at most CHUNK_BYTES; kinds
+                                 ``intents``, ``bindings`` (bases), ``bdiff`` (differences)
     overrides/<link>             an operator's drain
     decisions/<sequence>         the decision log (the newest DECISIONS_KEPT)
     leader                       the election key (not data)
 
-**Large values.** etcd refuses a request over ``--max-request-bytes`` (1.5 MiB by default) and a
-transaction of more than ``--max-txn-ops`` (128) operations. A job's binding set (a 1,024-rank
-job holds thousands of bindings) and its intents are therefore blobs: compressed, split into
-chunks, written under a new version in batches below both limits, and made current by the small
-transaction that also writes the job record or the manifest; the old version is deleted after.
-A crash between the two leaves an unreferenced version that :meth:`load` ignores and the next
-write of that blob removes.
+**Large values.** etcd refuses a request over ``--max-request-bytes`` (1.5 MiB by default) or
+of more than ``--max-txn-ops`` (128) operations. A job's bindings (a 1,024-rank job holds
+thousands) and its intents are therefore blobs: compressed, split into chunks written under a
+new version in batches below both limits, made current by the small transaction that writes the
+job record or the manifest, the old version deleted after. A crash in between leaves an
+unreferenced version that :meth:`load` ignores and the next write of that blob removes. An epoch
+writes only each job's *difference* (one small transaction), with a new base now and then:
+:mod:`c4p.store.etcd_epochs`.
 
 **History.** etcd keeps every revision until compacted; the store compacts to the revision of
-its last commit every ``compact_every`` commits, so the database holds the current state and a
-short history only.
-
-The store caches what it loaded (and what it wrote since): the controller is the only writer, so
-the cache is the state in etcd, and a new blob version is built from it without reading back.
+its last commit every ``compact_every`` commits. **Cache.** The store keeps what it loaded and
+wrote since: the controller is the only writer, so a new blob is built without reading back.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 import threading
 import zlib
@@ -60,12 +59,23 @@ from c4p.store.base import (
     DecisionRecord,
     DecisionResult,
     EpochCommit,
-    HeldBinding,
     JobRecord,
     LinkOverride,
     RollbackRecord,
     StoredState,
     StoreError,
+)
+from c4p.store.etcd_epochs import (
+    BlobRef,
+    Held,
+    JobBindings,
+    Manifest,
+    chunked,
+    pack,
+    plan_epoch,
+    read_bindings,
+    read_blob,
+    seq,
 )
 from c4p.store.etcdclient import (
     EtcdClient,
@@ -105,27 +115,11 @@ class Fence:
     revision: int
 
 
-class BlobRef(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    version: int
-    chunks: int
-
-
 class JobDoc(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     record: JobRecord
     intents: BlobRef | None = None
-
-
-class Manifest(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    epoch: int = 0
-    fingerprint: str = ""
-    compacted_epoch: int = 0
-    bindings: dict[str, BlobRef] = {}
 
 
 class EtcdStore:
@@ -159,8 +153,9 @@ class EtcdStore:
         self._manifest = Manifest()
         self._jobs: dict[str, JobDoc] = {}
         self._intents: dict[str, dict[str, CommunicatorRecord]] = {}
-        self._held: dict[str, dict[QpKey, str]] = {}
-        """Per job, each binding in force as its JSON: a re-plan re-serializes only what moved."""
+        self._held: dict[str, dict[QpKey, Held]] = {}
+        """Per job, each binding in force (JSON, or as loaded its record): a re-plan serializes
+        only what moved."""
         self._stones: dict[str, dict[QpKey, int]] = {}
         self._commits = 0
         self._loaded = False
@@ -205,16 +200,26 @@ class EtcdStore:
 
     def load(self) -> StoredState:
         """Everything under the prefix, read at one revision; also (re)fills the cache."""
-        with self._lock:
+        with self._lock:  # no write of this store between the read and the cache it fills
             try:
                 _, kvs = self.client.scan(self.prefix)
-                return self._load({kv.key[len(self.prefix) :].decode(): kv.value for kv in kvs})
             except EtcdError as exc:
                 raise StoreError(f"etcd store: cannot read: {exc}") from exc
+            return self.load_from({kv.key[len(self.prefix) :].decode(): kv.value for kv in kvs})
+
+    def load_from(
+        self, kv: dict[str, bytes], warm: dict[str, JobBindings] | None = None
+    ) -> StoredState:
+        """:meth:`load` from keys already read at one revision (names relative to the prefix):
+        a follower's warm copy (:mod:`c4p.store.etcd_watch`) instead of a read of etcd, with
+        the bindings it has parsed already (``warm``: only what is newer is parsed)."""
+        with self._lock:
+            try:
+                return self._load(kv, warm)
             except (ValidationError, ValueError, zlib.error) as exc:
                 raise StoreError(f"etcd store: a record does not parse: {exc}") from exc
 
-    def _load(self, kv: dict[str, bytes]) -> StoredState:
+    def _load(self, kv: dict[str, bytes], warm: dict[str, JobBindings] | None) -> StoredState:
         manifest = Manifest.model_validate_json(kv.get("manifest", b"{}"))
         state = StoredState(
             epoch=manifest.epoch,
@@ -235,28 +240,19 @@ class EtcdStore:
             self._jobs[job_id] = doc
             comms: dict[str, CommunicatorRecord] = {}
             if doc.intents is not None:
-                for item in _read_blob(kv, f"blob/intents/{job_id}", doc.intents):
+                items = read_blob(kv, f"blob/intents/{job_id}", doc.intents)
+                assert isinstance(items, list)
+                for item in items:
                     comm = CommunicatorRecord.model_validate(item)
                     comms[comm.spec.id] = comm
             self._intents[job_id] = comms
             state.jobs[job_id] = doc.record
             state.intents[job_id] = dict(comms)
-        for job_id, ref in manifest.bindings.items():
-            (body,) = _read_blob(kv, f"blob/bindings/{job_id}", ref, single=True)
-            held: dict[QpKey, HeldBinding] = {}
-            texts: dict[QpKey, str] = {}
-            for item in body["bindings"]:
-                h = HeldBinding.model_validate(item)
-                held[h.key] = h
-                texts[h.key] = json.dumps(item, separators=(",", ":"))
-            stones = {
-                (job_id, comm, conn, qp): epoch
-                for comm, conn, qp, epoch in body["tombstones"]
-                if epoch > manifest.compacted_epoch
-            }
-            self._held[job_id], self._stones[job_id] = texts, stones
-            if held:
-                state.bindings[job_id] = dict(held)
+        for job_id, read in read_bindings(kv, manifest, warm).items():
+            stones = {k: e for k, e in read.stones.items() if e > manifest.compacted_epoch}
+            self._held[job_id], self._stones[job_id] = dict(read.held), stones
+            if read.held:
+                state.bindings[job_id] = dict(read.held)
             if stones:
                 state.tombstones[job_id] = dict(stones)
         for name, value in kv.items():
@@ -275,7 +271,7 @@ class EtcdStore:
 
     def decisions(self, limit: int, before_sequence: int = 0) -> list[DecisionRecord]:
         start = self._key("decisions", "")
-        end = self._key("decisions", _seq(before_sequence)) if before_sequence > 0 else None
+        end = self._key("decisions", seq(before_sequence)) if before_sequence > 0 else None
         try:
             reply = self.client.range(start, end or prefix_end(start), limit=limit, descending=True)
         except EtcdError as exc:
@@ -343,20 +339,19 @@ class EtcdStore:
 
     def _write_blob(self, name: str, version: int, data: bytes) -> BlobRef:
         """Write a new version of a blob (not yet referenced by anything)."""
-        packed = zlib.compress(data, 1)  # 4x faster than the default level, 40% larger
-        chunks = [packed[i : i + CHUNK_BYTES] for i in range(0, len(packed), CHUNK_BYTES)] or [b""]
-        base = f"blob/{name}/{_seq(version)}/"
+        packed = pack(data)
+        chunks = chunked(packed, CHUNK_BYTES)
+        base = f"blob/{name}/{seq(version)}/"
         self._batches([put_op(self._key(base + f"{i:05d}"), c) for i, c in enumerate(chunks)])
-        return BlobRef(version=version, chunks=len(chunks))
+        return BlobRef(version=version, chunks=len(chunks), size=len(packed))
 
-    def _drop_other_versions(self, name: str, keep: int | None) -> None:
-        """Delete every version of a blob but ``keep`` (after the switch to it committed)."""
+    def _others(self, name: str, keep: int | None) -> list[pb.RequestOp]:
+        """Deleting every version of a blob but ``keep`` (after the switch to it committed)."""
         start = self._key(f"blob/{name}/")
         if keep is None:
-            self._txn([delete_op(start, prefix_end(start))])
-            return
-        mine = self._key(f"blob/{name}/{_seq(keep)}/")
-        self._txn([delete_op(start, mine), delete_op(prefix_end(mine), prefix_end(start))])
+            return [delete_op(start, prefix_end(start))]
+        mine = self._key(f"blob/{name}/{seq(keep)}/")
+        return [delete_op(start, mine), delete_op(prefix_end(mine), prefix_end(start))]
 
     def register_job(self, job: JobRecord, incarnation: int) -> None:
         with self._lock:
@@ -388,7 +383,7 @@ class EtcdStore:
             self._txn([put_op(self._key("jobs", job.job_id), doc.model_dump_json().encode())])
             self._jobs[job.job_id] = doc
             self._intents[job.job_id] = comms
-            self._drop_other_versions(name, ref.version)
+            self._txn(self._others(name, ref.version))
 
     def put_job(self, job: JobRecord) -> None:
         """Replace a job's record (its control-mode pin), keeping its intents' blob."""
@@ -411,12 +406,14 @@ class EtcdStore:
         with self._lock:
             bindings = dict(self._manifest.bindings)
             bindings.pop(job_id, None)
-            manifest = self._manifest.model_copy(update={"bindings": bindings})
+            diffs = dict(self._manifest.diffs)
+            diffs.pop(job_id, None)
+            manifest = self._manifest.model_copy(update={"bindings": bindings, "diffs": diffs})
             ops = [
                 delete_op(self._key("jobs", job_id)),
                 put_op(self._key("manifest"), manifest.model_dump_json().encode()),
             ]
-            for kind in ("intents", "bindings"):
+            for kind in ("intents", "bindings", "bdiff"):
                 start = self._key(f"blob/{kind}/{job_id}/")
                 ops.append(delete_op(start, prefix_end(start)))
             self._txn(ops)
@@ -434,47 +431,50 @@ class EtcdStore:
             self._txn([delete_op(self._key("overrides", link_id))])
 
     def commit_epoch(self, commit: EpochCommit) -> None:
+        """One fenced transaction: per touched job its difference (or, when due, a new base:
+        :mod:`c4p.store.etcd_epochs`), the manifest naming them, the decision. What a
+        compaction replaced is deleted only after that transaction committed."""
         decision = commit.decision
-        epoch = decision.epoch
         with self._lock:
-            touched = {h.key[0] for h in commit.upserts} | {k[0] for k in commit.removals}
-            held = {j: dict(self._held.get(j, {})) for j in touched}
-            stones = {j: dict(self._stones.get(j, {})) for j in touched}
-            for h in commit.upserts:
-                held[h.key[0]][h.key] = h.model_dump_json(exclude_defaults=True)
-                stones[h.key[0]].pop(h.key, None)
-            for key in commit.removals:
-                held[key[0]].pop(key, None)
-                stones[key[0]][key] = epoch
-            refs = dict(self._manifest.bindings)
-            for job in sorted(touched):
-                live = {k: e for k, e in stones.get(job, {}).items() if e > commit.compacted_epoch}
-                stones[job] = live
-                if not held[job] and not live:
-                    refs.pop(job, None)
-                    continue
-                refs[job] = self._write_blob(
-                    f"bindings/{job}", epoch, _binding_body(held[job], live)
-                )
+            plan = plan_epoch(
+                commit,
+                self._held,
+                self._stones,
+                self._manifest.bindings,
+                self._manifest.diffs,
+                CHUNK_BYTES,
+            )
+            refs = plan.refs
+            for job, body in plan.bases.items():
+                refs[job] = self._write_blob(f"bindings/{job}", decision.epoch, body)
+            ahead = [put_op(self._key(name), value) for name, value in plan.chunks]
             manifest = Manifest(
-                epoch=epoch,
+                epoch=decision.epoch,
                 fingerprint=decision.fingerprint,
                 compacted_epoch=commit.compacted_epoch,
                 bindings=refs,
+                diffs=plan.diffs,
             )
-            reply = self._txn(
-                [put_op(self._key("manifest"), manifest.model_dump_json().encode())]
-                + self._decision_ops(decision)
-            )
+            ops = [put_op(self._key("manifest"), manifest.model_dump_json().encode())]
+            ops += self._decision_ops(decision)
+            size = sum(op.ByteSize() for op in ahead + ops)
+            if size > BATCH_BYTES or len(ahead) + len(ops) > BATCH_OPS:
+                self._batches(ahead)  # unreferenced until the manifest below names them
+                ahead = []
+            reply = self._txn(ahead + ops)
             self._manifest = manifest
-            self._held.update(held)
-            self._stones.update(stones)
-            for job in sorted(touched):
-                ref = refs.get(job)
-                self._drop_other_versions(f"bindings/{job}", None if ref is None else ref.version)
+            self._held.update(plan.held)
+            self._stones.update(plan.stones)
+            for job in plan.replaced:  # what a compaction replaced, now that nobody reads it
+                base = refs.get(job)
+                keep = None if base is None else base.version
+                self._txn(
+                    self._others(f"bindings/{job}", keep) + self._others(f"bdiff/{job}", None)
+                )
             self._commits += 1
             if self.compact_every and self._commits % self.compact_every == 0:
-                self._compact(reply.header.revision)
+                with contextlib.suppress(EtcdError):  # a failure only delays it to next time
+                    self.client.compact(reply.header.revision)
 
     def log_decision(self, decision: DecisionRecord) -> None:
         with self._lock:
@@ -483,7 +483,7 @@ class EtcdStore:
     def _decision_ops(self, decision: DecisionRecord) -> list[pb.RequestOp]:
         ops = [
             put_op(
-                self._key("decisions", _seq(decision.sequence)),
+                self._key("decisions", seq(decision.sequence)),
                 decision.model_dump_json(exclude_defaults=True).encode(),
             ),
             put_op(self._key("meta", "decision_sequence"), str(decision.sequence).encode()),
@@ -491,40 +491,10 @@ class EtcdStore:
         oldest = decision.sequence - DECISIONS_KEPT
         if oldest > 0:
             ops.append(
-                delete_op(self._key("decisions", ""), self._key("decisions", _seq(oldest + 1)))
+                delete_op(self._key("decisions", ""), self._key("decisions", seq(oldest + 1)))
             )
         return ops
-
-    def _compact(self, revision: int) -> None:
-        """Drop history older than ``revision`` (a failure only delays it to the next time)."""
-        with contextlib.suppress(EtcdError):
-            self.client.compact(revision)
 
     def close(self) -> None:
         if self.owns_client:
             self.client.close()
-
-
-def _seq(n: int) -> str:
-    return f"{n:016d}"
-
-
-def _binding_body(held: dict[QpKey, str], stones: dict[QpKey, int]) -> bytes:
-    bindings = ",".join(held.values())
-    tomb = json.dumps([[k[1], k[2], k[3], e] for k, e in sorted(stones.items())])
-    return f'{{"bindings":[{bindings}],"tombstones":{tomb}}}'.encode()
-
-
-def _read_blob(
-    kv: dict[str, bytes], name: str, ref: BlobRef, *, single: bool = False
-) -> list[dict]:  # type: ignore[type-arg]
-    """A blob's JSON: a list of records (intents), or ``[one object]`` with ``single``."""
-    base = f"{name}/{_seq(ref.version)}/"
-    parts = []
-    for i in range(ref.chunks):
-        chunk = kv.get(f"{base}{i:05d}")
-        if chunk is None:
-            raise ValueError(f"{name}: chunk {i} of version {ref.version} is missing")
-        parts.append(chunk)
-    data = json.loads(zlib.decompress(b"".join(parts)))
-    return [data] if single else list(data)

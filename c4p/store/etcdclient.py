@@ -208,6 +208,18 @@ class EtcdClient:
         request = pb.CompactionRequest(revision=revision)
         self._call("/etcdserverpb.KV/Compact", request, pb.CompactionResponse, None)
 
+    def watch(self, key: bytes, range_end: bytes, start_revision: int) -> WatchStream:
+        """Every change to ``[key, range_end)`` from ``start_revision`` on, as etcd's answers
+        (a stream on the member in use; it ends with an error when that member goes away, and
+        the caller resumes from its last revision, on the next member)."""
+        with self._lock:
+            index = self._current
+            self._current = (index + 1) % len(self._channels)  # the next try: the next one
+        create = pb.WatchCreateRequest(key=key, range_end=range_end, start_revision=start_revision)
+        stream = WatchStream(self._channels[index], pb.WatchRequest(create_request=create))
+        stream.endpoint = self.endpoints[index]
+        return stream
+
     # -- leases ----------------------------------------------------------------------------------
 
     def grant(self, ttl: int) -> int:
@@ -279,6 +291,40 @@ class EtcdClient:
     def close(self) -> None:
         for channel in self._channels:
             channel.close()
+
+
+class WatchStream:
+    """One open Watch: iterate its answers; :meth:`cancel` ends it from any thread.
+
+    Why the request side stays open until cancelled: etcd ends a watch stream whose client
+    closed its sending half, so the request iterator blocks after the create request."""
+
+    def __init__(self, channel: grpc.Channel, create: pb.WatchRequest) -> None:
+        self._done = threading.Event()
+        self.endpoint = ""
+
+        def requests() -> Iterator[pb.WatchRequest]:
+            yield create
+            self._done.wait()
+
+        call = channel.stream_stream(
+            "/etcdserverpb.Watch/Watch",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=pb.WatchResponse.FromString,
+        )
+        self._answers: Iterator[pb.WatchResponse] = call(requests())
+
+    def __iter__(self) -> Iterator[pb.WatchResponse]:
+        try:
+            yield from self._answers
+        except grpc.RpcError as exc:
+            if self._done.is_set():
+                return
+            raise EtcdUnavailable(f"etcd Watch: {exc.code().name}: {exc.details()}") from None
+
+    def cancel(self) -> None:
+        self._done.set()
+        self._answers.cancel()  # type: ignore[attr-defined]
 
 
 def retry_unavailable(call: Callable[[], T], attempts: int, pause: float) -> T:

@@ -6,8 +6,10 @@ The job: 1,024 ranks on 128 hosts x 8 NICs, a ring communicator with 8 channels 
 connection (16,384 bindings, each with a 5-hop path), plus three smaller communicators. Each
 store, side by side on the same disk: register the job, put its intents, commit the first epoch
 (every binding), then ``--rounds`` re-plans that each change 1% of the bindings, and
-``--rounds`` intent updates. SQLite runs with ``synchronous: full`` (fsync per commit); etcd is
-a real 3-member cluster on loopback (each member fsyncs its WAL), fenced by a real election.
+``--rounds`` intent updates; then the etcd store is loaded as a promotion loads it, by a read
+of etcd and from a follower's warm copy (Watch). SQLite runs with ``synchronous: full`` (fsync
+per commit); etcd is a real 3-member cluster on loopback (each member fsyncs its WAL), fenced
+by a real election.
 The machine is shared: compare the ratio, not the absolute times.
 """
 
@@ -30,6 +32,7 @@ from c4p.store import (
 from c4p.store.base import Store
 from c4p.store.election import Election, LeaderInfo
 from c4p.store.etcd import EtcdStore
+from c4p.store.etcd_watch import WarmCopy
 from c4p.store.etcdclient import EtcdClient
 from c4p.testing.etcd_cluster import EtcdCluster
 from solver.workload.jobs import CommunicatorSpec, RankSpec
@@ -151,6 +154,22 @@ with EtcdCluster(3) as cluster:
     election = Election(client, store.leader_key, LeaderInfo("m", "127.0.0.1:1"), 30)
     store.fence = election.campaign()
     etcd = run("etcd (3 members)", store)
+    # What a promotion costs at this size: a read of etcd vs the follower's warm copy.
+    revision = client.range(b"/measure/manifest").header.revision
+    copy = WarmCopy(EtcdClient(cluster.endpoints, timeout=30.0), b"/measure/").start()
+    assert copy.snapshot(revision, 60.0) is not None
+    t = time.perf_counter()
+    EtcdStore(EtcdClient(cluster.endpoints, timeout=30.0), "/measure/").load()
+    cold = time.perf_counter() - t
+    t = time.perf_counter()
+    kv = copy.snapshot(revision, 0.0)
+    assert kv is not None
+    EtcdStore(EtcdClient(cluster.endpoints, timeout=30.0), "/measure/").load_from(
+        kv, copy.bindings()
+    )
+    warm = time.perf_counter() - t
+    copy.stop()
+    print(f"promotion load: read from etcd {cold:.3f} s, from the warm copy {warm:.3f} s")
 print("\netcd / sqlite:")
 for key in sqlite:
     if key != "bindings":
