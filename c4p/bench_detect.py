@@ -26,6 +26,9 @@ from solver.result import Plan
 from topology.generators import sized_for_gpus
 from topology.model import Fabric, LinkStatus
 
+TRIALS = 4
+"""Runs of every scenario kind per fabric, each with its own seed (and so its own element)."""
+
 
 def _index(fabric: Fabric, workload: Workload, result: Plan, comm: str) -> PathIndex:
     index = fabric.index

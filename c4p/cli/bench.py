@@ -43,11 +43,21 @@ def bench_cmd(
             "fabrics, full plans and re-plans (docs/benchmarks-failures.md)."
         ),
     ] = False,
+    detect: Annotated[
+        bool,
+        typer.Option(
+            help="Instead, the detector on simulated 4,096- and 16,384-rank jobs with injected "
+            "faults: precision, recall, localization, CPU per step (docs/benchmarks-detect.md)."
+        ),
+    ] = False,
     json_path: JsonOption = None,
 ) -> None:
     """Run the scenario ladder: ECMP, greedy, c4p and the lower bound side by side."""
     from c4p import bench
 
+    if detect:
+        guarded(lambda: _detect(quick, output, json_path))
+        return
     if failures:
         guarded(lambda: _failure_ladder(quick, output, plot_path, only, json_path))
         return
@@ -137,3 +147,24 @@ def _failure_ladder(
         bench_failures.rows_json(rows),
         lambda: console.print(f"wrote {table}, {image}"),
     )
+
+
+def _detect(quick: bool, output: Path | None, json_path: Any) -> None:
+    from c4p import bench_detect
+    from c4p.detector.sim import Outcome
+
+    table = output or Path("out/bench-detect-quick.md" if quick else "docs/benchmarks-detect.md")
+    started = time.perf_counter()
+
+    def progress(o: Outcome) -> None:
+        if json_path is None or str(json_path) != "-":
+            found = ", ".join(f"{f.cls.value} {f.element} ({f.confidence:.2f})" for f in o.findings)
+            console.print(
+                f"{o.scenario}: injected {o.injected_element or '-'}; found {found or 'nothing'}",
+                highlight=False,
+            )
+
+    rows = bench_detect.run(quick, trials=bench_detect.TRIALS, progress=progress)
+    command = "c4p bench --detect" + (" --quick" if quick else "")
+    write_text(table, bench_detect.markdown(rows, command, time.perf_counter() - started))
+    emit(json_path, bench_detect.rows_json(rows), lambda: console.print(f"wrote {table}"))

@@ -15,7 +15,7 @@ Time is passed in (``evaluate(now_s)``), so the simulation and the tests replay 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -24,7 +24,13 @@ from c4p.detector import localize
 from c4p.detector.findings import DetectorSettings, ElementKind, Finding, FindingClass
 from c4p.detector.frame import KeyCache, StepFrame, StepWindow, join
 from c4p.detector.paths import PathIndex
-from c4p.detector.rules import hung_connections, hung_ranks, late_ranks, slow_connections
+from c4p.detector.rules import (
+    busbw_gbps,
+    hung_connections,
+    hung_ranks,
+    late_ranks,
+    slow_connections,
+)
 from c4p.detector.summary import ProgressReport, TelemetryReport
 
 IntArray = npt.NDArray[np.int64]
@@ -53,6 +59,7 @@ class _Comm:
     step: int = -1
     step_ns: float = 0.0  # a recent median step duration (for the hang threshold)
     rank_host: dict[int, str] = field(default_factory=dict)
+    judged_at: dict[int, float] = field(default_factory=dict)  # step -> when it was judged
     seen_ranks: set[int] = field(default_factory=set)
     seen_conns: set[int] = field(default_factory=set)
 
@@ -80,6 +87,19 @@ class _Comm:
 
 
 @dataclass
+class JobStats:
+    """A job's steps judged, their median wait summed, and their bus bandwidths summed."""
+
+    steps: int = 0
+    wait_s: float = 0.0
+    busbw_sum: float = 0.0
+
+    @property
+    def busbw_gbps(self) -> float:
+        return self.busbw_sum / self.steps if self.steps else 0.0
+
+
+@dataclass
 class _Job:
     comms: dict[str, _Comm] = field(default_factory=dict)
     progress: dict[str, ProgressReport] = field(default_factory=dict)  # by host
@@ -95,6 +115,8 @@ class Detector:
         self.open: dict[tuple[str, FindingClass, str], Finding] = {}
         self._last_confirmed: dict[tuple[str, FindingClass, str], int] = {}
         self.steps_judged = 0
+        self.stats: dict[str, JobStats] = {}
+        """Per job since the last :meth:`take_stats`: what ``c4p report`` shows."""
 
     # -- input ----------------------------------------------------------------------------------
 
@@ -110,6 +132,11 @@ class Detector:
     def set_paths(self, job_id: str, communicator: str, paths: PathIndex | None) -> None:
         """The plan in force for a communicator (connections whose path changes get grace)."""
         self._comm(job_id, communicator).paths = paths
+
+    def take_stats(self) -> dict[str, JobStats]:
+        """The stats gathered since the last call (and start over)."""
+        out, self.stats = self.stats, {}
+        return out
 
     def forget(self, job_id: str) -> None:
         """A job ended: drop its state and its open findings."""
@@ -141,10 +168,15 @@ class Detector:
             if job.first_seen_s is None:
                 job.first_seen_s = now_s
             for name, comm in job.comms.items():
+                found: list[Finding] = []
                 for parts in comm.window.ready():
-                    out.extend(self._judge(comm, join(parts, comm.keys)))
-                out.extend(self._hangs(job_id, name, comm, job))
-            out.extend(self._startup(job_id, job, now_s))
+                    comm.judged_at[parts[0].step] = now_s
+                    found.extend(self._judge(comm, join(parts, comm.keys)))
+                found.extend(self._hangs(job_id, name, comm, job))
+                while len(comm.judged_at) > 256:
+                    del comm.judged_at[next(iter(comm.judged_at))]
+                out.extend(_timed(f, comm.judged_at, now_s) for f in found)
+            out.extend(_timed(f, {}, now_s) for f in self._startup(job_id, job, now_s))
         return out
 
     def _confirm(self, finding: Finding, tick: int) -> list[Finding]:
@@ -211,6 +243,12 @@ class Detector:
                 f = self._slowdown(comm, frame, slow, confirmed, bad, good, rows, first)
                 out.extend(self._confirm(f, frame.step))
         late = late_ranks(frame, slow_ranks, s)
+        if len(frame.wait_ns):
+            stats = self.stats.setdefault(frame.job_id, JobStats())
+            stats.steps += 1
+            stats.wait_s += float(np.median(frame.wait_ns)) / 1e9
+            comm_ns = float(frame.wait_ns.min())  # the last rank to arrive waits only for data
+            stats.busbw_sum += busbw_gbps(frame.collective, frame.bytes, len(frame.rank), comm_ns)
         if late is not None:
             comm.step_ns = (
                 late.step_ns if comm.step_ns == 0 else 0.8 * comm.step_ns + 0.2 * late.step_ns
@@ -419,6 +457,13 @@ class Detector:
                                       f"{now_s - job.first_seen_s:.0f} s",))  # fmt: skip
                 out.extend(self._confirm(f, comm.step))
         return out
+
+
+def _timed(f: Finding, judged_at: dict[int, float], now_s: float) -> Finding:
+    """Stamp when the syndrome began (its first step was judged; for a hang, the step before
+    the one that never ended) and when it was found."""
+    started = judged_at.get(f.first_step, judged_at.get(f.first_step - 1, now_s))
+    return replace(f, started_s=f.started_s or started, detected_s=now_s)
 
 
 def _cleared(f: Finding, step: int) -> Finding:

@@ -52,6 +52,8 @@ class Finding:
     candidates: tuple[tuple[str, float], ...] = ()
     evidence: tuple[str, ...] = ()
     cleared: bool = False
+    started_s: float = 0.0  # when the syndrome began, on the clock ``evaluate`` is given
+    detected_s: float = 0.0  # when it was confirmed (or cleared), on that clock
 
     @property
     def key(self) -> tuple[str, FindingClass, str]:

@@ -128,3 +128,15 @@ def hung_connections(
         return out
     longest = float(idle_ns.max()) if len(idle_ns) else 0.0
     return np.asarray(idle_ns >= longest - s.hang_tolerance * step_ns, dtype=np.bool_)
+
+
+def busbw_gbps(collective: str, size: int, ranks: int, comm_ns: float) -> float:
+    """Bus bandwidth of one call (nccl-tests' definition): the algorithm bandwidth (message
+    over duration) times the share of it each rank's link carries: 2(n-1)/n for an
+    all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all, 1 otherwise."""
+    if comm_ns <= 0 or ranks < 2:
+        return 0.0
+    factor = {"allreduce": 2 * (ranks - 1) / ranks}.get(collective, 1.0)
+    if collective in ("allgather", "reducescatter", "alltoall"):
+        factor = (ranks - 1) / ranks
+    return size * 8 / comm_ns * factor

@@ -205,7 +205,7 @@ class Run:
                     else RankProgress(COMM, int(r), self.step, self.step - 1, int(t * 1e9), 0)
                     for r in mine
                 )
-                conns = ()
+                conns: tuple[ConnectionProgress, ...] = ()
                 if conn is not None:
                     mine_c = np.flatnonzero(self.conn_host == h)
                     conns = tuple(
@@ -237,7 +237,8 @@ def scenario(job: SimJob, kind: str, m: Model, seed: int, settings: DetectorSett
     for _ in range(m.steps_before):
         run.run_step()
     fault_at = run.now
-    cls, element = CLASS_OF.get(kind, ""), ""
+    cls: FindingClass | None = CLASS_OF.get(kind)
+    element = ""
     if kind in ("slow link", "lossy link", "slow host link"):
         pool = job.host_links if kind == "slow host link" else job.uplinks
         link = int(pool[rng.integers(len(pool))])
@@ -270,8 +271,10 @@ def scenario(job: SimJob, kind: str, m: Model, seed: int, settings: DetectorSett
             if kind == "message size change":  # smaller messages: everyone's rate lower
                 run.factor[:] = 0.8
             run.run_step()
-    out = Outcome(kind, cls.value if cls else "", element, run.findings, fault_at, cpu_s=run.cpu)
-    hits = [f for f in run.findings if cls and f.cls is cls]
+    out = Outcome(
+        kind, cls.value if cls is not None else "", element, run.findings, fault_at, cpu_s=run.cpu
+    )
+    hits = [f for f in run.findings if cls is not None and f.cls is cls]
     if hits:
         first = min(hits, key=lambda f: f.step)
         out.detected_at_s = fault_at + _elapsed(run, first, fault_at)

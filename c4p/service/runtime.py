@@ -62,6 +62,7 @@ from c4p.service import admin, flow_intent
 from c4p.service import agents as agent_service
 from c4p.service.access import Guard, RateLimiter
 from c4p.service.agents import AgentHub
+from c4p.service.detection import DetectionService
 from c4p.service.fabric_watch import FabricWatch
 from c4p.service.flow_intent import StreamHub
 from c4p.service.probing import ProbeWorker
@@ -196,6 +197,13 @@ class ServiceRuntime:
             wait_s=config.planner.budget_s + 60.0,
             clock=clock,
         )
+        self.detection: DetectionService | None = None
+        """The telemetry sink (``c4p.detector``): the agent service hands reports to it."""
+        if config.detector.enabled:
+            self.detection = DetectionService(
+                self.state, self.intake, self.loop, config.detector, clock=clock
+            )
+            self.admin.detection = self.detection
         self.health = HealthServicer()
         self._health_status: Any = None
         self._pumps: list[threading.Thread] = []
@@ -483,6 +491,8 @@ class ServiceRuntime:
         if self.server is not None:
             await self.server.stop(self.config.listen.grace_s)
         await self.loop.stop()
+        if self.detection is not None:
+            await asyncio.to_thread(self.detection.close)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
