@@ -3,6 +3,8 @@ fault class injected and every benign phase run; plus the pieces on hand-made in
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -142,3 +144,52 @@ def test_a_new_plan_epoch_starts_the_streaks_over() -> None:
             assert found == []
         else:
             assert [(f.element, f.first_step) for f in found] == [("rank 3", 2)]
+
+
+def test_the_report_counts_by_interval_and_mode_by_hand() -> None:
+    from c4p.detector.report import detection_report
+
+    events = [
+        {"at": 100.0, "kind": "finding", "mode": "active", "finding_class": "comm-slowdown",
+         "latency_s": 2.0, "truth": "tp"},
+        {"at": 110.0, "kind": "finding", "mode": "active", "finding_class": "comm-slowdown",
+         "latency_s": 4.0, "truth": "fp"},
+        {"at": 120.0, "kind": "stats", "mode": "active", "steps": 10, "wait_s": 1.5,
+         "busbw_gbps": 100.0},
+        {"at": 150.0, "kind": "stats", "mode": "active", "steps": 30, "wait_s": 0.5,
+         "busbw_gbps": 200.0},
+        {"at": "1970-01-01T00:02:45Z", "kind": "finding", "mode": "shadow",
+         "finding_class": "noncomm-hang", "latency_s": 3.0},
+        {"at": 170.0, "kind": "cleared", "mode": "active"},
+    ]  # fmt: skip
+    rows = detection_report(events, 60.0)
+    got = [(r.start, r.mode, r.detections, r.latency_s, r.false_positives, r.cleared, r.steps,
+            r.wait_s, r.busbw_gbps) for r in rows]  # fmt: skip
+    assert got == [
+        (100.0, "active", {"comm-slowdown": 2}, 3.0, 1, 0, 40, 2.0, 175.0),
+        (160.0, "active", {}, None, None, 1, 0, 0.0, None),
+        (160.0, "shadow", {"noncomm-hang": 1}, 3.0, None, 0, 0, 0.0, None),
+    ]
+
+
+def test_report_events_file_errors_are_one_line(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from c4p.cli import app
+
+    assert isinstance(tmp_path, Path)
+    bad = tmp_path / "events.json"
+    bad.write_text('{"decisions": []}')
+    result = CliRunner().invoke(app, ["report", "--events", str(bad)])
+    assert result.exit_code == 2 and "no 'events' list" in result.output
+    assert "Traceback" not in result.output
+    good = tmp_path / "good.json"
+    good.write_text('{"events": [{"at": 5.0, "kind": "finding", "mode": "shadow", '
+                    '"finding_class": "comm-hang", "latency_s": 1.0}]}')  # fmt: skip
+    result = CliRunner().invoke(app, ["report", "--events", str(good)])
+    assert result.exit_code == 0 and "detections" in result.output, result.output
+    result = CliRunner().invoke(app, ["report", "--events", str(good), "--json", "-"])
+    (row,) = json.loads(result.output)["detections"]
+    assert (row["mode"], row["detections"], row["latency_s"]) == ("shadow", {"comm-hang": 1}, 1.0)

@@ -142,7 +142,7 @@ def test_active_drains_the_suspect_link_and_says_why(tmp_path: Path) -> None:
     _Hook.got = []
     with (
         _webhook() as url,
-        serving(FABRIC, tmp_path, detector={"webhook_url": url}) as service,
+        serving(FABRIC, tmp_path, detector={"webhook_url": url, "stats_s": 0.001}) as service,
         clients(service.address) as (flow, admin),
     ):
         slow, _ = _run_job(service, flow, "a1", "active")
@@ -166,6 +166,17 @@ def test_active_drains_the_suspect_link_and_says_why(tmp_path: Path) -> None:
         assert admin.restore(slow, wait=False).changed
         # a follower resumes after the last number it saw: nothing new
         assert list(admin.events(after=events[-1].sequence)) == []
+        # c4p report: the detections, the collective wait and busbw from the stats events
+        env = {"C4P_ADMIN_TOKEN": ADMIN_TOKEN}
+        out = runner.invoke(
+            app, ["report", "--controller", service.address, "--json", "-"], env=env
+        )
+        assert out.exit_code == 0, out.output
+        rows = json.loads(out.output)["detections"]
+        assert sum(r["detections"].get("comm-slowdown", 0) for r in rows) == 1
+        assert all(r["false_positives"] is None for r in rows)  # a live controller cannot know
+        stats = [r for r in rows if r["steps"]]
+        assert stats and all(r["wait_s"] > 0 and r["busbw_gbps"] > 0 for r in stats)
 
 
 def test_shadow_records_what_it_would_do_and_off_ignores(tmp_path: Path) -> None:
