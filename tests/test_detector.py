@@ -39,8 +39,13 @@ def job() -> SimJob:
 
 
 def test_seeded_faults_are_found_classified_and_localized(job: SimJob) -> None:
-    outcomes = suite(job, trials=3)
-    assert len(outcomes) == 3 * len(KINDS)
+    everything = suite(job, trials=3)
+    assert len(everything) == 3 * len(KINDS)
+    # a link at 80% of its rate is above the detector's threshold (0.75 of the median): not
+    # found, and not mistaken for anything else either
+    mild = [o for o in everything if o.scenario == "link 20% slow"]
+    assert mild and all(f.cls is FindingClass.COMM_SLOWDOWN for o in mild for f in o.findings)
+    outcomes = [o for o in everything if o not in mild]
     scores = {s.cls: s for s in score(outcomes)}
     for cls in ("comm-slowdown", "comm-hang", "compute-slowdown", "noncomm-hang"):
         s = scores[cls]

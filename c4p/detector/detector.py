@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +25,7 @@ import numpy.typing as npt
 from c4p.detector import localize
 from c4p.detector.findings import DetectorSettings, ElementKind, Finding, FindingClass
 from c4p.detector.frame import KeyCache, StepFrame, StepWindow, join
-from c4p.detector.paths import PathIndex
+from c4p.detector.paths import PathIndex, pack
 from c4p.detector.rules import (
     busbw_gbps,
     hung_connections,
@@ -34,6 +36,10 @@ from c4p.detector.rules import (
 from c4p.detector.summary import ProgressReport, TelemetryReport
 
 IntArray = npt.NDArray[np.int64]
+_PROGRESS = attrgetter("rank", "last_arrived", "last_completed", "inside_ns", "idle_ns")
+_CONN_PROGRESS = attrgetter(
+    "key.src_rank", "key.dst_rank", "key.channel", "key.qp", "posted", "idle_ns"
+)
 _POPCOUNT = np.array([bin(i).count("1") for i in range(16)], dtype=np.int64)
 
 
@@ -346,17 +352,14 @@ class Detector:
 
     def _hangs(self, job_id: str, name: str, comm: _Comm, job: _Job) -> list[Finding]:
         s = self.settings
-        ranks = [
-            (r, p.host) for p in job.progress.values() for r in p.ranks if r.communicator == name
-        ]
+        ranks = [r for p in job.progress.values() for r in p.ranks if r.communicator == name]
         if not ranks:
             return []
-        arr = np.array(
-            [(r.rank, r.last_arrived, r.last_completed, r.inside_ns, r.idle_ns) for r, _ in ranks],
-            dtype=np.int64,
-        )
-        hosts = {r.rank: h for r, h in ranks}
-        comm.seen_ranks.update(hosts)
+        arr = np.fromiter(
+            chain.from_iterable(map(_PROGRESS, ranks)), dtype=np.int64, count=5 * len(ranks)
+        ).reshape(-1, 5)
+        if len(comm.seen_ranks) < len(ranks):
+            comm.seen_ranks.update(arr[:, 0].tolist())
         hang_ns = max(s.hang_min_s * 1e9, s.hang_steps * comm.step_ns)
         hung = hung_ranks(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], hang_ns)
         if hung is None:
@@ -375,7 +378,7 @@ class Detector:
                             name,
                             hung.step,
                             hung.step,
-                            host=hosts.get(r, ""),
+                            host=_host_of(job, name, r),
                             evidence=(
                                 f"rank {r} never arrived at step {hung.step}; {hung.waiting} of "
                                 f"{hung.ranks} ranks inside it for over {hang_ns / 1e9:.1f} s",
@@ -397,15 +400,9 @@ class Detector:
         ]
         if not conns:
             return []
-        k = np.array(
-            [
-                (c.key.src_rank, c.key.dst_rank, c.key.channel, c.key.qp, c.posted, c.idle_ns)
-                for c in conns
-            ],
-            dtype=np.int64,
-        )
-        from c4p.detector.paths import pack
-
+        k = np.fromiter(
+            chain.from_iterable(map(_CONN_PROGRESS, conns)), dtype=np.int64, count=6 * len(conns)
+        ).reshape(-1, 6)
         packed = pack(k[:, 0], k[:, 1], k[:, 2], k[:, 3])
         stuck = hung_connections(k[:, 4], k[:, 5], comm.step_ns, s)
         idx = np.flatnonzero(stuck)
@@ -457,6 +454,13 @@ class Detector:
                                       f"{now_s - job.first_seen_s:.0f} s",))  # fmt: skip
                 out.extend(self._confirm(f, comm.step))
         return out
+
+
+def _host_of(job: _Job, communicator: str, rank: int) -> str:
+    for p in job.progress.values():
+        if any(r.rank == rank and r.communicator == communicator for r in p.ranks):
+            return p.host
+    return ""
 
 
 def _timed(f: Finding, judged_at: dict[int, float], now_s: float) -> Finding:

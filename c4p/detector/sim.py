@@ -14,6 +14,8 @@ timing model is small and stated here so its assumptions can be argued with:
 * a hung rank never arrives (no summary of that step from anyone; progress reports show it
   outside while its peers sit inside); a hung connection keeps a transfer posted and never
   completes it, the others stop after it, waiting for its data;
+* a link at 80% of its rate is injected too: it is above the detector's ``slow_ratio`` (0.75)
+  and is expected to be missed (the table shows where the threshold lies);
 * benign phases: the message size changes (every rate moves together), and a re-plan (the real
   planner's, after draining the busiest uplink) moves flows, which run at a third of their
   rate for three steps (as long as a fault must last to be found) while their QPs move.
@@ -54,6 +56,7 @@ KINDS = (
     "slow link",
     "lossy link",
     "slow host link",
+    "link 20% slow",
     "compute-slow rank",
     "hung rank",
     "hung connection",
@@ -64,6 +67,7 @@ CLASS_OF = {
     "slow link": FindingClass.COMM_SLOWDOWN,
     "lossy link": FindingClass.COMM_SLOWDOWN,
     "slow host link": FindingClass.COMM_SLOWDOWN,
+    "link 20% slow": FindingClass.COMM_SLOWDOWN,
     "compute-slow rank": FindingClass.COMPUTE_SLOWDOWN,
     "hung rank": FindingClass.NONCOMM_HANG,
     "hung connection": FindingClass.COMM_HANG,
@@ -94,6 +98,7 @@ class Model:
     message_bytes: int = 64 << 20
     slow_factor: float = 0.4
     lossy_factor: float = 0.6
+    mild_factor: float = 0.8  # above the detector's 0.75 ratio: the limit, shown as a miss
     lossy_sigma: float = 0.25
     late_factor: float = 0.6  # a compute-slow rank's extra compute, of the median
     steps_before: int = 12
@@ -111,6 +116,7 @@ class Outcome:
     fault_at_s: float
     detected_at_s: float | None = None
     cpu_s: list[float] = field(default_factory=list)  # the detector's CPU per step
+    cpu_progress_s: list[float] = field(default_factory=list)  # ... per round of progress
 
 
 def _rates(job: SimJob, factor: FloatArray, rng: np.random.Generator, m: Model) -> FloatArray:
@@ -139,6 +145,7 @@ class Run:
         self.extra_ms = np.zeros(len(job.host_of_rank))
         self.findings: list[Finding] = []
         self.cpu: list[float] = []
+        self.cpu_progress: list[float] = []
         hosts = np.array(job.host_of_rank)
         self.hosts = sorted(set(job.host_of_rank))
         host_no = {h: i for i, h in enumerate(self.hosts)}
@@ -154,7 +161,7 @@ class Run:
         started = time.process_time()
         self.detector.accept(report)
         found = self.detector.evaluate(self.now)
-        self.cpu.append(time.process_time() - started)
+        (self.cpu if report.steps else self.cpu_progress).append(time.process_time() - started)
         self.findings.extend(f for f in found if not f.cleared)
 
     def run_step(self) -> None:
@@ -239,11 +246,12 @@ def scenario(job: SimJob, kind: str, m: Model, seed: int, settings: DetectorSett
     fault_at = run.now
     cls: FindingClass | None = CLASS_OF.get(kind)
     element = ""
-    if kind in ("slow link", "lossy link", "slow host link"):
+    if kind in ("slow link", "lossy link", "slow host link", "link 20% slow"):
         pool = job.host_links if kind == "slow host link" else job.uplinks
         link = int(pool[rng.integers(len(pool))])
         element = job.paths.links[link]
-        run.factor[link] = m.lossy_factor if kind == "lossy link" else m.slow_factor
+        factors = {"lossy link": m.lossy_factor, "link 20% slow": m.mild_factor}
+        run.factor[link] = factors.get(kind, m.slow_factor)
         run.noisy[link] = kind == "lossy link"
     elif kind == "compute-slow rank":
         r = int(rng.integers(len(job.host_of_rank)))
@@ -271,9 +279,8 @@ def scenario(job: SimJob, kind: str, m: Model, seed: int, settings: DetectorSett
             if kind == "message size change":  # smaller messages: everyone's rate lower
                 run.factor[:] = 0.8
             run.run_step()
-    out = Outcome(
-        kind, cls.value if cls is not None else "", element, run.findings, fault_at, cpu_s=run.cpu
-    )
+    out = Outcome(kind, cls.value if cls is not None else "", element, run.findings, fault_at,
+                  cpu_s=run.cpu, cpu_progress_s=run.cpu_progress)  # fmt: skip
     hits = [f for f in run.findings if cls is not None and f.cls is cls]
     if hits:
         first = min(hits, key=lambda f: f.step)
