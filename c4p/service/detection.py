@@ -173,6 +173,10 @@ class DetectionService:
             events = [e for f in self.detector.evaluate(now) if (e := self._respond(f, now))]
             if now - self._stats_at >= self.config.stats_s:
                 events.extend(self._stats(now))
+                for job_id in list(self.detector.jobs):  # released jobs: drop their state
+                    if self.state.mode_if_registered(job_id) is None:
+                        self.detector.forget(job_id)
+                        self._paths.pop(job_id, None)
         for event in events:
             self._publish(event)
 
