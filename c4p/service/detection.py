@@ -273,7 +273,7 @@ class DetectionService:
     # -- the stream and the webhook ---------------------------------------------------------
 
     def _publish(self, event: Event) -> None:
-        for loop, q in list(self._watchers):
+        for loop, q in self._watchers:
             loop.call_soon_threadsafe(_offer, q, event)
         if self.webhook is not None and event.acted:
             self.webhook.post(event)
@@ -281,7 +281,8 @@ class DetectionService:
     def subscribe(self) -> asyncio.Queue[Event]:
         """A queue of new events for a watcher on the running event loop."""
         q: asyncio.Queue[Event] = asyncio.Queue(QUEUE)
-        self._watchers.add((asyncio.get_running_loop(), q))
+        # a new set, swapped in whole: the publishing thread iterates the old one safely
+        self._watchers = self._watchers | {(asyncio.get_running_loop(), q)}
         return q
 
     def unsubscribe(self, q: asyncio.Queue[Event]) -> None:
