@@ -274,7 +274,8 @@ class DetectionService:
 
     def _publish(self, event: Event) -> None:
         for loop, q in self._watchers:
-            loop.call_soon_threadsafe(_offer, q, event)
+            with contextlib.suppress(RuntimeError):  # its event loop closed meanwhile
+                loop.call_soon_threadsafe(_offer, q, event)
         if self.webhook is not None and event.acted:
             self.webhook.post(event)
 
