@@ -198,3 +198,15 @@ def test_report_events_file_errors_are_one_line(tmp_path: object) -> None:
     result = CliRunner().invoke(app, ["report", "--events", str(good), "--json", "-"])
     (row,) = json.loads(result.output)["detections"]
     assert (row["mode"], row["detections"], row["latency_s"]) == ("shadow", {"comm-hang": 1}, 1.0)
+
+
+def test_a_planned_rank_that_never_reports_is_a_startup_fault() -> None:
+    index, _ = _index()
+    d = Detector(DetectorSettings(min_peers=2, startup_s=30.0))
+    d.set_paths("j", "c", index)  # type: ignore[arg-type]
+    found = []
+    for step in range(3):  # ranks 0-2 report; rank 3, in the plan, never does
+        d.accept(TelemetryReport("h", steps=(_summary("h", step, [0, 1, 2]),)))
+        found += d.evaluate(20.0 * step)
+    assert [(f.cls, f.element) for f in found] == [(FindingClass.STARTUP, "rank 3")]
+    assert found[0].detected_s == 40.0  # not before startup_s after the job's first report
