@@ -137,11 +137,12 @@ def run_fabric(
 def run(
     quick: bool, trials: int, progress: Callable[[Outcome], None] | None = None
 ) -> list[DetectRow]:
+    """2-tier rail-optimized and 3-tier fat-tree fabrics of 4,096 and 16,384 GPUs (4,096 only
+    with ``quick``)."""
     sizes = (4096,) if quick else (4096, 16384)
     return [
-        run_fabric(
-            f"2-tier {gpus:,} GPUs", sized_for_gpus("rail-optimized", gpus), trials, progress
-        )
+        run_fabric(f"{label} {gpus:,} GPUs", sized_for_gpus(kind, gpus), trials, progress)
+        for kind, label in (("rail-optimized", "2-tier"), ("fat-tree", "3-tier"))
         for gpus in sizes
     ]
 
