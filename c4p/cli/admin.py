@@ -411,3 +411,50 @@ def admin_watch(
             emit(json_path, {"changes": seen}, lambda: None)
 
     _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+
+
+@admin_app.command("events")
+def admin_events(
+    job: Annotated[str, typer.Argument(help="Only this job's events.")] = "",
+    after: Annotated[int, typer.Option(min=0, help="Only events after this number.")] = 0,
+    follow: Annotated[bool, typer.Option(help="Keep printing new events.")] = False,
+    seconds: Annotated[
+        float, typer.Option("--for", min=0, help="With --follow: stop after this long (0: never).")
+    ] = 0.0,
+    address: Address = "127.0.0.1:50051",
+    token_file: TokenFile = None,
+    ca_file: CaFile = None,
+    cert_file: CertFile = None,
+    key_file: KeyFile = None,
+    server_name: ServerName = None,
+    json_path: JsonOption = None,
+) -> None:
+    """The detector's events: findings (class, element, confidence, evidence), the action
+    taken or, in shadow mode, the one that would be; per-job stats."""
+
+    def body(client: AdminClient) -> None:
+        seen: list[dict[str, Any]] = []
+        quiet = json_path is not None and str(json_path) == "-"
+        try:
+            for e in client.events(after, follow, job, timeout=seconds or None):
+                seen.append(as_dict(e))
+                if not quiet:
+                    console.print(_event_line(e), highlight=False)
+        except KeyboardInterrupt:
+            pass
+        if json_path is not None:
+            emit(json_path, {"events": seen}, lambda: None)
+
+    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+
+
+def _event_line(e: Any) -> str:
+    when = e.at.ToDatetime().strftime("%H:%M:%S")
+    if e.kind == "stats":
+        return (f"#{e.sequence} {when} {e.job_id} [{e.mode}] stats: {e.steps} steps, wait "
+                f"{e.wait_s:.1f} s, busbw {e.busbw_gbps:.1f} Gbit/s")  # fmt: skip
+    text = (f"#{e.sequence} {when} {e.job_id} [{e.mode}] {e.kind} {e.finding_class} "
+            f"{e.element_kind} {e.element} ({e.confidence:.2f}): {e.detail}")  # fmt: skip
+    if e.candidates:
+        text += "; candidates " + ", ".join(c.element for c in e.candidates)
+    return text + "".join(f"\n    {line}" for line in e.evidence)

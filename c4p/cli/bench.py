@@ -49,12 +49,22 @@ def bench_cmd(
             "fabrics, full plans and re-plans (docs/benchmarks-failures.md)."
         ),
     ] = False,
+    detect: Annotated[
+        bool,
+        typer.Option(
+            help="Instead, the detector on simulated 4,096- and 16,384-rank jobs with injected "
+            "faults: precision, recall, localization, CPU per step (docs/benchmarks-detect.md)."
+        ),
+    ] = False,
     json_path: JsonOption = None,
 ) -> None:
     """Run the scenario ladder: ECMP, greedy, c4p and the lower bound side by side."""
     from c4p.figures import ladder as scenario_ladder
 
     guarded(lambda: check_outputs(("-o", output, None), ("--plot", plot_path, (".png",))))
+    if detect:
+        guarded(lambda: _detect(quick, output, json_path))
+        return
     if failures:
         guarded(lambda: _failure_ladder(quick, output, plot_path, only, json_path))
         return
@@ -166,3 +176,24 @@ def partial_note(table: Path) -> str:
     ladder; one scenario re-run to check a change replaced them with a one-row table. A part
     of the ladder is written only where ``-o`` says."""
     return f"not writing {table}: --only ran part of the ladder (give -o FILE to keep its table)"
+
+
+def _detect(quick: bool, output: Path | None, json_path: Any) -> None:
+    from c4p.detector.sim import Outcome
+    from c4p.figures import detect as detect_ladder
+
+    table = output or Path("out/bench-detect-quick.md" if quick else "docs/benchmarks-detect.md")
+    started = time.perf_counter()
+
+    def progress(o: Outcome) -> None:
+        if json_path is None or str(json_path) != "-":
+            found = ", ".join(f"{f.cls.value} {f.element} ({f.confidence:.2f})" for f in o.findings)
+            console.print(
+                f"{o.scenario}: injected {o.injected_element or '-'}; found {found or 'nothing'}",
+                highlight=False,
+            )
+
+    rows = detect_ladder.run(quick, trials=detect_ladder.TRIALS, progress=progress)
+    command = "c4p bench --detect" + (" --quick" if quick else "")
+    write_text(table, detect_ladder.markdown(rows, command, time.perf_counter() - started))
+    emit(json_path, detect_ladder.rows_json(rows), lambda: console.print(f"wrote {table}"))

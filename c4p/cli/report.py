@@ -23,6 +23,7 @@ from c4p.cli.tables import WideOption, fitted
 from c4p.errors import C4pError
 
 if TYPE_CHECKING:
+    from c4p.detector.report import DetectionRow
     from c4p.figures.rollout import RolloutReport
 
 
@@ -110,22 +111,33 @@ def report_cmd(
     plot_path: Annotated[
         Path | None, typer.Option("--plot", help="Write a plot over time here (PNG).")
     ] = None,
-    json_path: JsonOption = None,
+    events: Annotated[
+        Path | None,
+        typer.Option(
+            help="The detector's events (`c4p admin events --json FILE`): adds detections by "
+            "class, latency, false positives, collective wait and busbw. With --controller "
+            "they are read from it."
+        ),
+    ] = None,
     wide: WideOption = False,
+    json_path: JsonOption = None,
 ) -> None:
     """Per interval and control mode: jobs, predicted busbw under ECMP and c4p, re-plans,
-    moves, failures handled (from the decision log)."""
-    if (controller is None) == (store is None):
-        fail("give exactly one of --controller HOST:PORT or --store FILE")
+    moves, failures handled (from the decision log); and the detector's figures."""
+    if (controller is not None and store is not None) or (
+        controller is None and store is None and events is None
+    ):
+        fail("give exactly one of --controller HOST:PORT or --store FILE (or only --events FILE)")
     if not interval > 0:
         fail(f"--interval: must be > 0 seconds, got {interval}")
-    if plot_path is not None and plot_path.suffix.lower() != ".png":
-        fail(f"--plot {plot_path}: the plot is written as PNG; name it *.png")
     guarded(lambda: check_outputs(("--plot", plot_path, (".png",))))
 
     def body() -> None:
+        from c4p.detector.report import detection_report
         from c4p.figures import rollout
 
+        decisions: list[Any] = []
+        seen: list[dict[str, Any]] = _read_events(events) if events is not None else []
         if store is not None:
             from c4p.store.base import StoreError
             from c4p.store.sqlite import read_decisions
@@ -134,20 +146,29 @@ def report_cmd(
                 decisions = read_decisions(store)
             except StoreError as exc:
                 raise C4pError(str(exc)) from None
-        else:
-            found = _from_controller(controller or "", _token(token_file, token_env), ca_file)
+        elif controller is not None:
+            found, seen = _from_controller(
+                controller, _token(token_file, token_env), ca_file, events is None
+            )
             decisions = [rollout.from_pb(d) for d in found]
-        report = rollout.rollout(decisions, interval)
-        if plot_path is not None:
+        report = rollout.rollout(decisions, interval) if decisions or events is None else None
+        detections = detection_report(seen, interval)
+        if plot_path is not None and report is not None:
             rollout.plot(report, plot_path)
 
         def show() -> None:
-            right = [c for c in COLUMNS if c != "mode"]
-            fitted(console, title(report), COLUMNS, cells(report), right=right, wide=wide)
+            if report is not None:
+                right = [c for c in COLUMNS if c != "mode"]
+                fitted(console, title(report), COLUMNS, cells(report), right=right, wide=wide)
+            if detections:
+                console.print(render_detections(detections, interval))
             if plot_path is not None:
                 console.print(f"wrote {plot_path}")
 
-        emit(json_path, report.model_dump(mode="json"), show)
+        data = report.model_dump(mode="json") if report is not None else {}
+        if detections:  # without events the JSON stays the rollout report's own
+            data["detections"] = [row.model_dump(mode="json") for row in detections]
+        emit(json_path, data, show)
 
     guarded(body)
 
@@ -172,8 +193,48 @@ def _token(token_file: Path | None, token_env: str | None) -> str:
     return token
 
 
-def _from_controller(address: str, token: str, ca_file: Path | None) -> list[Any]:
-    """The whole decision log of a running controller (oldest first)."""
+def _read_events(path: Path) -> list[dict[str, Any]]:
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise C4pError(f"--events {path}: {exc}") from None
+    found = data.get("events") if isinstance(data, dict) else None
+    if not isinstance(found, list):
+        raise C4pError(f"--events {path}: not `c4p admin events --json` output (no 'events' list)")
+    return [e for e in found if isinstance(e, dict)]
+
+
+def render_detections(rows: list[DetectionRow], interval_s: float) -> Table:
+    """The detector's figures per interval and mode."""
+    table = Table(title=f"detections, intervals of {interval_s:g} s", title_justify="left")
+    for name in ("interval (s)", "mode", "by class", "latency (s)", "false pos.", "cleared",
+                 "steps", "wait (s)", "busbw"):  # fmt: skip
+        table.add_column(name, justify="left" if name in ("mode", "by class") else "right")
+    origin = rows[0].start
+    for r in rows:
+        table.add_row(
+            f"{r.start - origin:g}–{r.end - origin:g}",
+            r.mode,
+            ", ".join(f"{k} {v}" for k, v in sorted(r.detections.items())) or "-",
+            _fmt(r.latency_s),
+            "-" if r.false_positives is None else str(r.false_positives),
+            str(r.cleared),
+            str(r.steps),
+            _fmt(r.wait_s),
+            _fmt(r.busbw_gbps),
+        )
+    return table
+
+
+def _from_controller(
+    address: str, token: str, ca_file: Path | None, with_events: bool
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The whole decision log of a running controller (oldest first), and the events it
+    keeps (none when its detector is off)."""
+    import grpc
+
     from c4p.client import AdminClient, ApiError, ClientTls
 
     if ca_file is not None and not ca_file.is_file():
@@ -181,7 +242,19 @@ def _from_controller(address: str, token: str, ca_file: Path | None) -> list[Any
     tls = ClientTls(ca_file) if ca_file is not None else None
     client = AdminClient(address, token, tls=tls, timeout=30.0, wait_for_ready=False)
     try:
-        return list(client.decision_log())
+        decisions = list(client.decision_log())
+        events: list[dict[str, Any]] = []
+        if with_events:
+            from google.protobuf.json_format import MessageToDict
+
+            try:
+                events = [
+                    MessageToDict(e, preserving_proto_field_name=True) for e in client.events()
+                ]
+            except ApiError as exc:
+                if exc.code is not grpc.StatusCode.UNAVAILABLE:
+                    raise
+        return decisions, events
     except ApiError as exc:
         raise C4pError(f"--controller {address}: {exc}") from None
     finally:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -330,6 +330,7 @@ class AdminClient:
         self._log = _Method(e, ADMIN + "GetDecisionLog", admin.GetDecisionLogResponse)
         self._set_mode = _Method(e, ADMIN + "SetControlMode", admin.SetControlModeResponse)
         self._rollback = _Method(e, ADMIN + "RollbackAll", admin.RollbackAllResponse)
+        self._events = _Method(e, ADMIN + "WatchEvents", admin.Event, stream=True)
 
     def _call(self, stub: Any, request: Any) -> Any:
         """One call; a follower's redirect is followed, and with several endpoints an
@@ -417,6 +418,22 @@ class AdminClient:
         request = admin.RollbackAllRequest(reason=reason, clear=clear, wait=wait)
         reply: admin.RollbackAllResponse = self._call(self._rollback, request)
         return reply
+
+    def events(
+        self, after: int = 0, follow: bool = False, job_id: str = "", timeout: float | None = None
+    ) -> Iterator[admin.Event]:
+        """The detector's events after sequence ``after``; with ``follow``, new ones until
+        ``timeout`` seconds (``None``: until cancelled). Errors raise :class:`ApiError`."""
+        request = admin.EventWatchRequest(after_sequence=after, follow=follow, job_id=job_id)
+        stream = self._events(
+            request, timeout=timeout, metadata=self.metadata, wait_for_ready=self.wait_for_ready
+        )
+        try:
+            yield from stream
+        except grpc.RpcError as exc:
+            if follow and exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+                return  # the time asked for is over
+            raise ApiError.from_rpc(exc) from None
 
     def close(self) -> None:
         for channel in self.endpoints.channels():

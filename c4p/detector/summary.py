@@ -93,6 +93,7 @@ class ConnectionProgress:
     key: ConnectionKey
     bytes_total: int
     idle_ns: int  # time since its latest completed transfer
+    posted: int = 0  # transfers posted and not completed (0 when the library cannot tell)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,17 +13,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from c4p.api.v1 import admin_pb2 as admin
 from c4p.api.v1 import intents_pb2 as pb
-from c4p.controller.errors import InvalidRequest
+from c4p.controller.errors import InvalidRequest, Unavailable
 from c4p.controller.intake import Intake
 from c4p.controller.loop import ControllerLoop
 from c4p.controller.state import ControllerState, IntentState
 from c4p.controller.triggers import Key, KeyKind
 from c4p.service import convert
+from c4p.service.detection import DetectionService, event_pb
 from c4p.service.flow_intent import StreamHub
 from c4p.service.rpc import Call, Endpoint, Scope
 from c4p.store.base import (
@@ -65,6 +66,8 @@ class AdminServicer:
         self.hub = hub
         self.wait_s = wait_s
         self.clock = clock
+        self.detection: DetectionService | None = None
+        """The detector's events (set by the runtime; ``None``: WatchEvents is unavailable)."""
 
     def endpoints(self) -> list[Endpoint]:
         return [
@@ -83,6 +86,7 @@ class AdminServicer:
             ),
             Endpoint("Replan", admin.ReplanRequest, Scope.ADMIN, unary=self.replan, changes=True),
             Endpoint("GetDecisionLog", admin.GetDecisionLogRequest, Scope.ADMIN, unary=self.log),
+            Endpoint("WatchEvents", admin.EventWatchRequest, Scope.ADMIN, stream=self.events),
             Endpoint(
                 "SetControlMode", admin.SetControlModeRequest, Scope.ADMIN, unary=self.set_mode
             ),
@@ -273,6 +277,28 @@ class AdminServicer:
         limit = min(request.limit or 50, MAX_LOG)  # before_sequence: any uint64 (the store clamps)
         found = await asyncio.to_thread(self.store.decisions, limit, int(request.before_sequence))
         return admin.GetDecisionLogResponse(decisions=[convert.decision(d) for d in found])
+
+    async def events(
+        self, request: admin.EventWatchRequest, call: Call
+    ) -> AsyncIterator[admin.Event]:
+        """The events kept after ``after_sequence``, then new ones with ``follow``; subscribed
+        before the backlog is read, so none falls between (repeats are skipped by number)."""
+        det = self.detection
+        if det is None:
+            raise Unavailable("the detector is not running (detector.enabled: false)")
+        seen, job = int(request.after_sequence), request.job_id
+        q = det.subscribe()
+        try:
+            for event in det.after(seen, job):
+                seen = event.sequence
+                yield event_pb(event)
+            while request.follow:
+                event = await q.get()
+                if event.sequence > seen and (not job or event.job_id == job):
+                    seen = event.sequence
+                    yield event_pb(event)
+        finally:
+            det.unsubscribe(q)
 
 
 # -- views ----------------------------------------------------------------------------------------

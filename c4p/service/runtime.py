@@ -62,11 +62,13 @@ from c4p.service import agents as agent_service
 from c4p.service.access import Guard, RateLimiter
 from c4p.service.agents import AgentHub
 from c4p.service.counters import CounterCheck
+from c4p.service.detection import DetectionService
 from c4p.service.fabric_watch import FabricWatch
 from c4p.service.flow_intent import StreamHub
 from c4p.service.probing import ProbeWorker
 from c4p.service.rpc import Gate
 from c4p.service.serve import ServeConfig, is_unix, load_targets, split_address
+from c4p.service.sink import QueuedSink
 from c4p.service.store_watch import StoreWatch
 from c4p.service.telemetry import Metrics
 from c4p.store.base import Store
@@ -201,6 +203,17 @@ class ServiceRuntime:
             wait_s=config.planner.budget_s + 60.0,
             clock=clock,
         )
+        self.detection: DetectionService | None = None
+        """The telemetry sink (``c4p.detector``): the agent service hands reports to it."""
+        if config.detector.enabled:
+            self.detection = DetectionService(
+                self.state, self.intake, self.loop, config.detector, clock=clock
+            )
+            self.admin.detection = self.detection
+        self.telemetry_sink: QueuedSink | None = None
+        if self.detection is not None and self.agents is not None:
+            self.telemetry_sink = QueuedSink(self.detection)
+            self.agents.sink = self.telemetry_sink
         self.health = HealthServicer()
         self._health_status: Any = None
         self.store_watch: StoreWatch | None = None
@@ -516,6 +529,10 @@ class ServiceRuntime:
         if self.server is not None:
             await self.server.stop(self.config.listen.grace_s)
         await self.loop.stop()
+        if self.telemetry_sink is not None:
+            await asyncio.to_thread(self.telemetry_sink.close)
+        if self.detection is not None:
+            await asyncio.to_thread(self.detection.close)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

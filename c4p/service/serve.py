@@ -34,6 +34,7 @@ from c4p.controller.loop import LoopSettings
 from c4p.controller.modes import RolloutSettings
 from c4p.controller.reconcile import PlannerSettings
 from c4p.controller.triggers import FlapSettings
+from c4p.detector.respond import DetectorConfig
 from c4p.endpoints import Secret as Secret  # re-exported: the controller config uses it
 from c4p.endpoints import split_address as split_address
 from c4p.files import load_model, read_text
@@ -296,6 +297,7 @@ class ServeConfig(Strict):
     agents: AgentsConfig = AgentsConfig()
     ports: PortsSettings = PortsSettings()
     deviation: DeviationSettings = DeviationSettings()
+    detector: DetectorConfig = DetectorConfig()
 
     @property
     def port_mode(self) -> PortMode:

@@ -271,3 +271,73 @@ class RollbackAllResponse(_message.Message):
     jobs: int
     decision: _intents_pb2.Decision
     def __init__(self, engaged: _Optional[bool] = ..., changed: _Optional[bool] = ..., jobs: _Optional[int] = ..., decision: _Optional[_Union[_intents_pb2.Decision, _Mapping]] = ...) -> None: ...
+
+class EventWatchRequest(_message.Message):
+    __slots__ = ("after_sequence", "follow", "job_id")
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    after_sequence: int
+    follow: bool
+    job_id: str
+    def __init__(self, after_sequence: _Optional[int] = ..., follow: _Optional[bool] = ..., job_id: _Optional[str] = ...) -> None: ...
+
+class EventCandidate(_message.Message):
+    __slots__ = ("element", "score")
+    ELEMENT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    element: str
+    score: float
+    def __init__(self, element: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("sequence", "at", "kind", "job_id", "mode", "action", "acted", "detail", "finding_class", "element_kind", "element", "host", "confidence", "candidates", "evidence", "communicator", "step", "first_step", "latency_s", "steps", "wait_s", "busbw_gbps", "interval_s", "truth")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    ACTED_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    FINDING_CLASS_FIELD_NUMBER: _ClassVar[int]
+    ELEMENT_KIND_FIELD_NUMBER: _ClassVar[int]
+    ELEMENT_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    COMMUNICATOR_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    FIRST_STEP_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_S_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    BUSBW_GBPS_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    TRUTH_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    at: _timestamp_pb2.Timestamp
+    kind: str
+    job_id: str
+    mode: str
+    action: str
+    acted: bool
+    detail: str
+    finding_class: str
+    element_kind: str
+    element: str
+    host: str
+    confidence: float
+    candidates: _containers.RepeatedCompositeFieldContainer[EventCandidate]
+    evidence: _containers.RepeatedScalarFieldContainer[str]
+    communicator: str
+    step: int
+    first_step: int
+    latency_s: float
+    steps: int
+    wait_s: float
+    busbw_gbps: float
+    interval_s: float
+    truth: str
+    def __init__(self, sequence: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[str] = ..., job_id: _Optional[str] = ..., mode: _Optional[str] = ..., action: _Optional[str] = ..., acted: _Optional[bool] = ..., detail: _Optional[str] = ..., finding_class: _Optional[str] = ..., element_kind: _Optional[str] = ..., element: _Optional[str] = ..., host: _Optional[str] = ..., confidence: _Optional[float] = ..., candidates: _Optional[_Iterable[_Union[EventCandidate, _Mapping]]] = ..., evidence: _Optional[_Iterable[str]] = ..., communicator: _Optional[str] = ..., step: _Optional[int] = ..., first_step: _Optional[int] = ..., latency_s: _Optional[float] = ..., steps: _Optional[int] = ..., wait_s: _Optional[float] = ..., busbw_gbps: _Optional[float] = ..., interval_s: _Optional[float] = ..., truth: _Optional[str] = ...) -> None: ...

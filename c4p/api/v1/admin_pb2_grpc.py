@@ -81,6 +81,11 @@ class AdminServiceStub:
                 request_serializer=c4p_dot_v1_dot_admin__pb2.RollbackAllRequest.SerializeToString,
                 response_deserializer=c4p_dot_v1_dot_admin__pb2.RollbackAllResponse.FromString,
                 _registered_method=True)
+        self.WatchEvents = channel.unary_stream(
+                '/c4p.v1.AdminService/WatchEvents',
+                request_serializer=c4p_dot_v1_dot_admin__pb2.EventWatchRequest.SerializeToString,
+                response_deserializer=c4p_dot_v1_dot_admin__pb2.Event.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -149,6 +154,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchEvents(self, request, context):
+        """The detector's events (findings, what was or would be done, per-job stats): those kept
+        after `after_sequence`, then, with `follow`, new ones as they happen.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -196,6 +209,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RollbackAll,
                     request_deserializer=c4p_dot_v1_dot_admin__pb2.RollbackAllRequest.FromString,
                     response_serializer=c4p_dot_v1_dot_admin__pb2.RollbackAllResponse.SerializeToString,
+            ),
+            'WatchEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchEvents,
+                    request_deserializer=c4p_dot_v1_dot_admin__pb2.EventWatchRequest.FromString,
+                    response_serializer=c4p_dot_v1_dot_admin__pb2.Event.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -441,6 +459,33 @@ class AdminService:
             '/c4p.v1.AdminService/RollbackAll',
             c4p_dot_v1_dot_admin__pb2.RollbackAllRequest.SerializeToString,
             c4p_dot_v1_dot_admin__pb2.RollbackAllResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/c4p.v1.AdminService/WatchEvents',
+            c4p_dot_v1_dot_admin__pb2.EventWatchRequest.SerializeToString,
+            c4p_dot_v1_dot_admin__pb2.Event.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,484 @@
+"""The detector: summaries and progress in, findings out (stateful, but no I/O, no clock).
+
+Per job and communicator it keeps a :class:`~c4p.detector.frame.StepWindow`, the baseline
+version (plan epoch, collective, message size) of the steps it judges, per connection a streak
+of slow steps and a grace deadline, and per rank a streak of late steps. Why versions: a re-plan
+or a new message size changes every rate at once; the streaks start over instead of comparing
+across the change. Why grace per connection: a connection whose path the controller just
+changed may stall while its QP moves (a new source port, a cold path); it is not judged, nor
+used as a healthy reference, for ``grace_steps`` steps. Why streaks: one slow step is noise,
+``persist_steps`` in a row under one version is a syndrome.
+
+Time is passed in (``evaluate(now_s)``), so the simulation and the tests replay it exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from itertools import chain
+from operator import attrgetter
+
+import numpy as np
+import numpy.typing as npt
+
+from c4p.detector import localize
+from c4p.detector.findings import DetectorSettings, ElementKind, Finding, FindingClass
+from c4p.detector.frame import KeyCache, StepFrame, StepWindow, join
+from c4p.detector.paths import PathIndex, pack
+from c4p.detector.rules import (
+    busbw_gbps,
+    hung_connections,
+    hung_ranks,
+    late_ranks,
+    slow_connections,
+)
+from c4p.detector.summary import ProgressReport, TelemetryReport
+
+IntArray = npt.NDArray[np.int64]
+_PROGRESS = attrgetter("rank", "last_arrived", "last_completed", "inside_ns", "idle_ns")
+_CONN_PROGRESS = attrgetter(
+    "key.src_rank", "key.dst_rank", "key.channel", "key.qp", "posted", "idle_ns"
+)
+_POPCOUNT = np.array([bin(i).count("1") for i in range(16)], dtype=np.int64)
+
+
+def connection_name(communicator: str, packed: int) -> str:
+    qp, channel = packed & 0xFF, (packed >> 8) & 0xFF
+    dst, src = (packed >> 16) & 0xFFFFFF, packed >> 40
+    return f"{communicator} {src}->{dst} ch{channel} qp{qp}"
+
+
+@dataclass
+class _Comm:
+    window: StepWindow = field(default_factory=StepWindow)
+    keys: KeyCache = field(default_factory=KeyCache)
+    paths: PathIndex | None = None
+    version: tuple[int, str, int] | None = None
+    ids: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    streak: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    first_slow: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    history: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # slow bits
+    grace_until: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    signature: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    late: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (streak, first)
+    step: int = -1
+    step_ns: float = 0.0  # a recent median step duration (for the hang threshold)
+    rank_host: dict[int, str] = field(default_factory=dict)
+    judged_at: dict[int, float] = field(default_factory=dict)  # step -> when it was judged
+    seen_ranks: set[int] = field(default_factory=set)
+    seen_conns: set[int] = field(default_factory=set)
+
+    def slots(self, packed: IntArray) -> IntArray:
+        """Each connection's slot in the per-connection arrays (growing them for new ones)."""
+        at = np.searchsorted(self.ids, packed)
+        if len(self.ids):
+            known = (at < len(self.ids)) & (self.ids[np.minimum(at, len(self.ids) - 1)] == packed)
+            complete = bool(known.all())
+        else:
+            complete = len(packed) == 0
+        if not complete:
+            merged = np.union1d(self.ids, packed)
+            where = np.searchsorted(merged, self.ids)
+            grown = []
+            olds = (self.streak, self.first_slow, self.history, self.grace_until, self.signature)
+            for old in olds:
+                new = np.zeros(len(merged), dtype=np.int64)
+                new[where] = old
+                grown.append(new)
+            self.streak, self.first_slow, self.history, self.grace_until, self.signature = grown
+            self.ids = merged
+            at = np.searchsorted(self.ids, packed)
+        return at.astype(np.int64)
+
+
+@dataclass
+class JobStats:
+    """A job's steps judged, their median wait summed, and their bus bandwidths summed."""
+
+    steps: int = 0
+    wait_s: float = 0.0
+    busbw_sum: float = 0.0
+
+    @property
+    def busbw_gbps(self) -> float:
+        return self.busbw_sum / self.steps if self.steps else 0.0
+
+
+@dataclass
+class _Job:
+    comms: dict[str, _Comm] = field(default_factory=dict)
+    progress: dict[str, ProgressReport] = field(default_factory=dict)  # by host
+    first_seen_s: float | None = None
+
+
+class Detector:
+    """See the module docstring. Feed :meth:`accept`, call :meth:`evaluate` periodically."""
+
+    def __init__(self, settings: DetectorSettings | None = None) -> None:
+        self.settings = settings or DetectorSettings()
+        self.jobs: dict[str, _Job] = {}
+        self.open: dict[tuple[str, FindingClass, str], Finding] = {}
+        self._last_confirmed: dict[tuple[str, FindingClass, str], int] = {}
+        self.steps_judged = 0
+        self.stats: dict[str, JobStats] = {}
+        """Per job since the last :meth:`take_stats`: what ``c4p report`` shows."""
+
+    # -- input ----------------------------------------------------------------------------------
+
+    def _comm(self, job_id: str, communicator: str) -> _Comm:
+        job = self.jobs.get(job_id)
+        if job is None:
+            job = self.jobs[job_id] = _Job()
+        comm = job.comms.get(communicator)
+        if comm is None:
+            comm = job.comms[communicator] = _Comm()
+        return comm
+
+    def set_paths(self, job_id: str, communicator: str, paths: PathIndex | None) -> None:
+        """The plan in force for a communicator (connections whose path changes get grace)."""
+        self._comm(job_id, communicator).paths = paths
+
+    def take_stats(self) -> dict[str, JobStats]:
+        """The stats gathered since the last call (and start over)."""
+        out, self.stats = self.stats, {}
+        return out
+
+    def forget(self, job_id: str) -> None:
+        """A job ended: drop its state and its open findings."""
+        self.jobs.pop(job_id, None)
+        for key in [k for k in self.open if k[0] == job_id]:
+            del self.open[key]
+            self._last_confirmed.pop(key, None)
+
+    def accept(self, report: TelemetryReport) -> None:
+        last: tuple[str, str, _Comm] | None = None
+        for summary in report.steps:  # one report: mostly one job and communicator
+            if last is None or last[:2] != (summary.job_id, summary.communicator):
+                last = (
+                    summary.job_id,
+                    summary.communicator,
+                    self._comm(summary.job_id, summary.communicator),
+                )
+            last[2].window.add(summary)
+        for progress in report.progress:
+            self.jobs.setdefault(progress.job_id, _Job()).progress[progress.host] = progress
+
+    # -- evaluation -----------------------------------------------------------------------------
+
+    def evaluate(self, now_s: float) -> list[Finding]:
+        """Judge every complete step and the latest progress; the findings opened or cleared
+        since the last call."""
+        out: list[Finding] = []
+        for job_id, job in self.jobs.items():
+            if job.first_seen_s is None:
+                job.first_seen_s = now_s
+            for name, comm in job.comms.items():
+                found: list[Finding] = []
+                for parts in comm.window.ready():
+                    comm.judged_at[parts[0].step] = now_s
+                    found.extend(self._judge(comm, join(parts, comm.keys)))
+                found.extend(self._hangs(job_id, name, comm, job))
+                while len(comm.judged_at) > 256:
+                    del comm.judged_at[next(iter(comm.judged_at))]
+                out.extend(_timed(f, comm.judged_at, now_s) for f in found)
+            out.extend(_timed(f, {}, now_s) for f in self._startup(job_id, job, now_s))
+        return out
+
+    def _confirm(self, finding: Finding, tick: int) -> list[Finding]:
+        key = finding.key
+        self._last_confirmed[key] = tick
+        if key in self.open:
+            return []
+        self.open[key] = finding
+        return [finding]
+
+    def _expire(self, job_id: str, communicator: str, step: int) -> list[Finding]:
+        """Clear this communicator's step-based findings not confirmed for ``clear_steps``."""
+        out = []
+        for key, f in list(self.open.items()):
+            if f.job_id != job_id or f.communicator != communicator:
+                continue
+            last = self._last_confirmed.get(key, step)
+            hang = f.cls in (FindingClass.COMM_HANG, FindingClass.NONCOMM_HANG)
+            if (hang and step > f.step) or (not hang and step - last >= self.settings.clear_steps):
+                del self.open[key]
+                self._last_confirmed.pop(key, None)
+                out.append(_cleared(f, step))
+        return out
+
+    def _judge(self, comm: _Comm, frame: StepFrame) -> list[Finding]:
+        s = self.settings
+        self.steps_judged += 1
+        comm.step = max(comm.step, frame.step)
+        if len(comm.seen_ranks) < len(frame.rank) or frame.step % 64 == 0:  # new ranks: cheap check
+            for r, h in zip(frame.rank.tolist(), frame.rank_host.tolist(), strict=True):
+                comm.rank_host.setdefault(r, frame.hosts[h])
+            comm.seen_ranks.update(comm.rank_host)
+        slot = comm.slots(frame.conn)
+        if frame.version != comm.version:  # a new baseline: every streak starts over
+            comm.version = frame.version
+            comm.streak[:] = 0
+            comm.history[:] = 0
+            comm.late.clear()
+        rows = np.full(len(slot), -1, dtype=np.int64)
+        if comm.paths is not None:
+            rows = comm.paths.rows(frame.conn)
+            sig = np.where(rows >= 0, comm.paths.signature[np.maximum(rows, 0)], 0)
+            moved = (comm.signature[slot] != 0) & (comm.signature[slot] != sig)
+            comm.grace_until[slot[moved]] = frame.step + s.grace_steps
+            comm.signature[slot] = sig
+        grace = comm.grace_until[slot] > frame.step
+        out: list[Finding] = []
+        slow = slow_connections(frame, grace, s)
+        slow_ranks = np.zeros(0, dtype=np.int64)
+        if slow is not None:
+            streak = np.where(slow.slow, comm.streak[slot] + 1, 0)
+            first = np.where(streak == 1, frame.step, comm.first_slow[slot])
+            comm.streak[slot], comm.first_slow[slot] = streak, first
+            history = ((comm.history[slot] << 1) | slow.slow) & 0xF
+            comm.history[slot] = np.where(slow.judged, history, 0)
+            confirmed = slow.slow & (streak >= s.persist_steps)
+            slow_ranks = np.unique(np.concatenate([frame.src[slow.slow], frame.dst[slow.slow]]))
+            if bool(confirmed.any()):
+                # localize on the connections slow in most recent steps (a lossy link's flows
+                # are not slow every step) against those slow in none of them
+                recent = _POPCOUNT[comm.history[slot]]
+                bad = confirmed | (slow.judged & (recent >= 2))
+                good = slow.judged & (recent == 0)
+                f = self._slowdown(comm, frame, slow, confirmed, bad, good, rows, first)
+                out.extend(self._confirm(f, frame.step))
+        late = late_ranks(frame, slow_ranks, s)
+        if len(frame.wait_ns):
+            stats = self.stats.setdefault(frame.job_id, JobStats())
+            stats.steps += 1
+            stats.wait_s += float(np.median(frame.wait_ns)) / 1e9
+            comm_ns = float(frame.wait_ns.min())  # the last rank to arrive waits only for data
+            stats.busbw_sum += busbw_gbps(frame.collective, frame.bytes, len(frame.rank), comm_ns)
+        if late is not None:
+            comm.step_ns = (
+                late.step_ns if comm.step_ns == 0 else 0.8 * comm.step_ns + 0.2 * late.step_ns
+            )
+            late_now = set(frame.rank[late.late].tolist())
+            for r in list(comm.late):
+                if r not in late_now:
+                    del comm.late[r]
+            for i in np.flatnonzero(late.late).tolist():
+                r = int(frame.rank[i])
+                n, first_step = comm.late.get(r, (0, frame.step))
+                comm.late[r] = (n + 1, first_step)
+                if n + 1 >= s.persist_steps:
+                    f = Finding(
+                        frame.job_id,
+                        FindingClass.COMPUTE_SLOWDOWN,
+                        ElementKind.RANK,
+                        f"rank {r}",
+                        min(1.0, (n + 1) / (2 * s.persist_steps) + 0.5),
+                        frame.communicator,
+                        frame.step,
+                        first_step,
+                        host=frame.hosts[int(frame.rank_host[i])],
+                        evidence=(
+                            f"step {frame.step}: compute {frame.compute_ns[i] / 1e6:.1f} ms "
+                            f"against a median {late.compute_median / 1e6:.1f} ms; it waited "
+                            f"{frame.wait_ns[i] / 1e6:.1f} ms, its peers a median "
+                            f"{late.wait_median / 1e6:.1f} ms; late {n + 1} steps in a row",
+                        ),
+                    )
+                    out.extend(self._confirm(f, frame.step))
+        out.extend(self._expire(frame.job_id, frame.communicator, frame.step))
+        return out
+
+    def _slowdown(
+        self,
+        comm: _Comm,
+        frame: StepFrame,
+        slow: object,
+        confirmed: npt.NDArray[np.bool_],
+        bad: npt.NDArray[np.bool_],
+        good: npt.NDArray[np.bool_],
+        rows: IntArray,
+        first: IntArray,
+    ) -> Finding:
+        from c4p.detector.rules import SlowConnections
+
+        assert isinstance(slow, SlowConnections)
+        s = self.settings
+        idx = np.flatnonzero(confirmed)
+        order = idx[np.argsort(slow.rates[idx])][: s.max_evidence]
+        evidence = [
+            f"step {frame.step}: {len(idx)} of {int(slow.judged.sum())} connections below "
+            f"{s.slow_ratio:g}x the median {slow.median:.1f} Gbit/s (MAD {slow.mad:.2f}) "
+            f"for {s.persist_steps}+ steps"
+        ] + [
+            f"{connection_name(frame.communicator, int(frame.conn[i]))}: {slow.rates[i]:.1f} Gbit/s"
+            for i in order
+        ]
+        located = localize.NOWHERE
+        if comm.paths is not None and bool((rows[idx] >= 0).any()):
+            located = localize.tomography(comm.paths, rows[bad], rows[good], s.max_candidates)
+        judged = slow.judged
+        pattern = localize.rank_pattern(frame.src[judged], frame.dst[judged], bad[judged])
+        kind, element, conf = ElementKind.CONNECTION, "", 0.0
+        host = ""
+        if located.kind:
+            kind, element, conf = ElementKind(located.kind), located.element, located.confidence
+            evidence.append(
+                f"{located.kind} {located.element}: on {located.bad_paths} of {len(idx)} slow "
+                f"paths and {located.good_paths} healthy ones"
+            )
+        if pattern is not None:
+            rank, share = pattern
+            host = comm.rank_host.get(rank, "")
+            evidence.append(f"delay matrix: rank {rank} ({host}) explains {share:.0%} of them")
+            if not located.kind:
+                kind, element, conf = ElementKind.RANK, f"rank {rank}", share
+        if not element:
+            element = connection_name(frame.communicator, int(frame.conn[order[0]]))
+            conf = 1.0 / len(idx)
+        return Finding(
+            frame.job_id,
+            FindingClass.COMM_SLOWDOWN,
+            kind,
+            element,
+            round(conf, 3),
+            frame.communicator,
+            frame.step,
+            int(first[idx].min()),
+            host=host,
+            candidates=located.candidates,
+            evidence=tuple(evidence[: s.max_evidence + 3]),
+        )
+
+    def _hangs(self, job_id: str, name: str, comm: _Comm, job: _Job) -> list[Finding]:
+        s = self.settings
+        ranks = [r for p in job.progress.values() for r in p.ranks if r.communicator == name]
+        if not ranks:
+            return []
+        arr = np.fromiter(
+            chain.from_iterable(map(_PROGRESS, ranks)), dtype=np.int64, count=5 * len(ranks)
+        ).reshape(-1, 5)
+        if len(comm.seen_ranks) < len(ranks):
+            comm.seen_ranks.update(arr[:, 0].tolist())
+        hang_ns = max(s.hang_min_s * 1e9, s.hang_steps * comm.step_ns)
+        hung = hung_ranks(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], hang_ns)
+        if hung is None:
+            return []
+        out: list[Finding] = []
+        if len(hung.missing) and hung.waiting >= max(1, (hung.ranks - len(hung.missing)) // 2):
+            for r in hung.missing[: s.max_candidates * 4].tolist():
+                out.extend(
+                    self._confirm(
+                        Finding(
+                            job_id,
+                            FindingClass.NONCOMM_HANG,
+                            ElementKind.RANK,
+                            f"rank {r}",
+                            round(1.0 / max(1, len(hung.missing)) ** 0.5, 3),
+                            name,
+                            hung.step,
+                            hung.step,
+                            host=_host_of(job, name, r),
+                            evidence=(
+                                f"rank {r} never arrived at step {hung.step}; {hung.waiting} of "
+                                f"{hung.ranks} ranks inside it for over {hang_ns / 1e9:.1f} s",
+                            ),
+                        ),
+                        hung.step,
+                    )
+                )
+        elif hung.all_inside:
+            out.extend(self._comm_hang(job_id, name, comm, job, hung.step, hung.ranks, hang_ns))
+        return out
+
+    def _comm_hang(
+        self, job_id: str, name: str, comm: _Comm, job: _Job, step: int, ranks: int, hang_ns: float
+    ) -> list[Finding]:
+        s = self.settings
+        conns = [
+            c for p in job.progress.values() for c in p.connections if c.key.communicator == name
+        ]
+        if not conns:
+            return []
+        k = np.fromiter(
+            chain.from_iterable(map(_CONN_PROGRESS, conns)), dtype=np.int64, count=6 * len(conns)
+        ).reshape(-1, 6)
+        packed = pack(k[:, 0], k[:, 1], k[:, 2], k[:, 3])
+        stuck = hung_connections(k[:, 4], k[:, 5], comm.step_ns, s)
+        idx = np.flatnonzero(stuck)
+        names = [connection_name(name, int(packed[i])) for i in idx[: s.max_evidence]]
+        evidence = [f"all {ranks} ranks inside step {step} for over {hang_ns / 1e9:.1f} s"] + [
+            f"{n}: idle {k[i, 5] / 1e9:.1f} s, {k[i, 4]} posted"
+            for n, i in zip(names, idx, strict=False)
+        ]
+        kind, element, conf = ElementKind.CONNECTION, names[0], 1.0 / len(idx)
+        candidates: tuple[tuple[str, float], ...] = ()
+        if comm.paths is not None:
+            rows = comm.paths.rows(packed)
+            located = localize.tomography(comm.paths, rows[idx], rows[~stuck], s.max_candidates)
+            if len(idx) > 1 and located.kind:
+                kind, element, conf = ElementKind(located.kind), located.element, located.confidence
+            candidates = ((located.element, round(located.confidence, 3)), *located.candidates)
+            if located.kind:
+                evidence.append(f"on its path: {', '.join(c for c, _ in candidates)}")
+        f = Finding(
+            job_id,
+            FindingClass.COMM_HANG,
+            kind,
+            element,
+            round(conf, 3),
+            name,
+            step,
+            step,
+            candidates=candidates[: s.max_candidates],
+            evidence=tuple(evidence),
+        )
+        return self._confirm(f, step)
+
+    def _startup(self, job_id: str, job: _Job, now_s: float) -> list[Finding]:
+        """Planned ranks that never reported, once the job has reported for ``startup_s``."""
+        assert job.first_seen_s is not None
+        if now_s - job.first_seen_s < self.settings.startup_s:
+            return []
+        out: list[Finding] = []
+        for name, comm in job.comms.items():
+            if comm.paths is None or not comm.seen_ranks:
+                continue
+            planned = set((comm.paths.ids >> 40).tolist()) | set(
+                ((comm.paths.ids >> 16) & 0xFFFFFF).tolist()
+            )
+            for r in sorted(planned - comm.seen_ranks)[: self.settings.max_candidates * 4]:
+                f = Finding(job_id, FindingClass.STARTUP, ElementKind.RANK, f"rank {r}", 1.0, name,
+                            comm.step, comm.step,
+                            evidence=(f"rank {r} is in the plan but never reported in "
+                                      f"{now_s - job.first_seen_s:.0f} s",))  # fmt: skip
+                out.extend(self._confirm(f, comm.step))
+        return out
+
+
+def _host_of(job: _Job, communicator: str, rank: int) -> str:
+    for p in job.progress.values():
+        if any(r.rank == rank and r.communicator == communicator for r in p.ranks):
+            return p.host
+    return ""
+
+
+def _timed(f: Finding, judged_at: dict[int, float], now_s: float) -> Finding:
+    """Stamp when the syndrome began (its first step was judged; for a hang, the step before
+    the one that never ended) and when it was found."""
+    started = judged_at.get(f.first_step, judged_at.get(f.first_step - 1, now_s))
+    return replace(f, started_s=f.started_s or started, detected_s=now_s)
+
+
+def _cleared(f: Finding, step: int) -> Finding:
+    return Finding(f.job_id, f.cls, f.kind, f.element, f.confidence, f.communicator, step,
+                   f.first_step, f.host, f.candidates, f.evidence, cleared=True)  # fmt: skip
+
+
+def findings_of(
+    detector: Detector, reports: Iterable[TelemetryReport], now_s: float
+) -> list[Finding]:
+    """Feed reports and evaluate once (a convenience for replays)."""
+    for r in reports:
+        detector.accept(r)
+    return detector.evaluate(now_s)
