@@ -43,6 +43,9 @@ _Step = tuple[IntArray, IntArray, IntArray]
 UNREACHABLE = np.iinfo(np.int64).max // 4
 """Distance of a switch that cannot reach the destination (large, and safe to add 1 to)."""
 
+PASS_CELLS = 1 << 24
+"""Resources x leaves that one slice of :meth:`Routing._pass` gathers (16 MB of bytes)."""
+
 GROUP_CELLS = 1 << 18
 """Keys x members that :meth:`Routing.groups_many` looks at in one slice (bounds its
 temporaries to a few MB each, whatever the switches' degrees)."""
@@ -109,6 +112,7 @@ class Routing:
             for rs in index.out_resources[: index.num_switches]
         ]
         self._tables: dict[int, DestinationTable] = {}
+        self._narrow: dict[int, tuple[npt.NDArray[Any], npt.NDArray[Any], int, int]] = {}
         self._paths: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
         self._path_sets: dict[tuple[int, int], frozenset[tuple[int, ...]]] = {}
 
@@ -139,6 +143,15 @@ class Routing:
         cached = self._tables.get(leaf)
         if cached is not None:
             return cached
+        narrow = self._narrow.get(leaf)
+        if narrow is not None:  # computed by narrow_rows: its column, widened
+            rows_down, rows_up, column, far = narrow
+            down, up = (r[column].astype(np.int64) for r in (rows_down, rows_up))
+            for dist in (down, up):
+                dist[dist >= far] = UNREACHABLE
+            table = DestinationTable(leaf=leaf, down_dist=down, up_dist=up)
+            self._tables[leaf] = table
+            return table
         down_steps, up_steps = self._tier_steps
         # Distances over switches only (NIC ports are never transit): small arrays per leaf.
         down = np.full(self.index.num_switches, UNREACHABLE, dtype=np.int64)
@@ -184,6 +197,59 @@ class Routing:
             table.groups[key] = group
         return group
 
+    def _pass(self, leaves: list[int]) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
+        """``down_dist`` and ``up_dist`` toward each of ``leaves`` (distinct), one row per leaf,
+        in the narrowest integers that hold a sentinel far above any distance
+        (see :func:`_distance_type`), and that sentinel: a distance at or above it is
+        unreachable. One pass over many leaves at once (the same per-tier minima as
+        :meth:`table`, on a switches x leaves matrix: a tier's gather takes whole rows,
+        reduceat runs down columns)."""
+        down_steps, up_steps = self._tier_steps
+        dtype, far = _distance_type(len(down_steps) + len(up_steps))
+        switches = self.index.num_switches
+        down = np.empty((len(leaves), switches), dtype=dtype)
+        up = np.empty_like(down)
+        # In slices of leaves whose gathers (a tier's resources x the slice) stay near
+        # PASS_CELLS: at 131k GPUs a tier has 131,072 resources, and all 4,096 leaves at once
+        # made 512 MB temporaries per tier (1.8 s; 0.7 s in slices, the same distances).
+        widest = max((len(t) for t, _, _ in (*down_steps, *up_steps)), default=1)
+        step = max(1, PASS_CELLS // max(widest, 1))
+        for k in range(0, len(leaves), step):
+            part = leaves[k : k + step]
+            d = np.full((switches, len(part)), far, dtype=dtype)
+            d[part, np.arange(len(part))] = 0
+            for targets, starts, sources in down_steps:
+                best = _row_minima(d[targets], starts) + 1
+                d[sources] = np.minimum(d[sources], best)
+            u = d.copy()
+            for targets, starts, sources in up_steps:
+                best = _row_minima(u[targets], starts) + 1
+                u[sources] = np.minimum(u[sources], best)
+            down[k : k + step], up[k : k + step] = d.T, u.T  # small slices: cheap to turn
+        return down, up, far
+
+    def narrow_rows(self, leaves: IntArray) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
+        """:meth:`distance_rows` in the pass's own narrow integers, with its sentinel (a
+        distance at or above it is unreachable; give it to :meth:`groups_many`).
+
+        Why: the ECMP baseline at 131k GPUs needs all 4,096 leaves, and their rows as 64-bit
+        integers were 600 MB and 3.8 s to convert and cache as tables; as bytes they are
+        75 MB. The tables of these leaves are made from these rows when first asked for."""
+        wanted = leaves.tolist()
+        distinct = list(dict.fromkeys(wanted))
+        if not distinct:
+            dtype, far = _distance_type(0)
+            empty = np.zeros((0, self.index.num_switches), dtype=dtype)
+            return empty, empty, far
+        down, up, far = self._pass(distinct)
+        for column, leaf in enumerate(distinct):
+            self._narrow.setdefault(leaf, (down, up, column, far))
+        if distinct != wanted:
+            position = {leaf: i for i, leaf in enumerate(distinct)}
+            picked = np.asarray([position[leaf] for leaf in wanted], dtype=np.int64)
+            down, up = down[picked], up[picked]
+        return down, up, far
+
     def distance_rows(self, leaves: IntArray) -> tuple[IntArray, IntArray]:
         """``down_dist`` and ``up_dist`` toward each of ``leaves``, one row per leaf, for
         :meth:`groups_many`.
@@ -195,21 +261,8 @@ class Routing:
         wanted = leaves.tolist()
         missing = [leaf for leaf in dict.fromkeys(wanted) if leaf not in self._tables]
         if len(missing) > 1:
-            # Switches x leaves (a tier's gather takes whole rows, reduceat runs down columns),
-            # in the narrowest integers that hold a sentinel far above any distance (see
-            # _distance_type): less memory to stream.
-            down_steps, up_steps = self._tier_steps
-            dtype, far = _distance_type(len(down_steps) + len(up_steps))
-            down = np.full((self.index.num_switches, len(missing)), far, dtype=dtype)
-            down[missing, np.arange(len(missing))] = 0
-            for targets, starts, sources in down_steps:
-                best = _row_minima(down[targets], starts) + 1
-                down[sources] = np.minimum(down[sources], best)
-            up = down.copy()
-            for targets, starts, sources in up_steps:
-                best = _row_minima(up[targets], starts) + 1
-                up[sources] = np.minimum(up[sources], best)
-            down_rows, up_rows = (np.ascontiguousarray(d.T, dtype=np.int64) for d in (down, up))
+            narrow_down, narrow_up, far = self._pass(missing)
+            down_rows, up_rows = (d.astype(np.int64) for d in (narrow_down, narrow_up))
             for rows in (down_rows, up_rows):
                 rows[rows >= far] = UNREACHABLE
             for i, leaf in enumerate(missing):
@@ -250,6 +303,7 @@ class Routing:
         up: IntArray,
         rows: IntArray,
         descending: BoolArray,
+        unreachable: int = UNREACHABLE,
     ) -> tuple[IntArray, IntArray, IntArray]:
         """:meth:`next_hops` of many (switch, destination, phase) keys at once, with numpy.
 
@@ -260,7 +314,8 @@ class Routing:
         sizes[i]]`` is ``next_hops(...)`` of key ``i``). Why: the ECMP baseline of a shuffled
         ring at 16k GPUs meets some 26,000 distinct groups; asking :meth:`next_hops` for each
         cost a second, and one call per switch (2,560 of them on a fat-tree) still a third
-        of one. This is one call per forwarding step.
+        of one. This is one call per forwarding step. ``unreachable``: the distance from
+        which a switch cannot reach the leaf (:meth:`narrow_rows`' sentinel for its rows).
         """
         degree = self._padded[1]
         width = int(degree[switches].max(initial=0))  # only as wide as these switches need
@@ -275,6 +330,7 @@ class Routing:
                 rows[k : k + step],
                 descending[k : k + step],
                 width,
+                unreachable,
             )  # fmt: skip
             for k in range(0, len(switches), step)
         ]
@@ -294,6 +350,7 @@ class Routing:
         rows: IntArray,
         descending: BoolArray,
         width: int,
+        unreachable: int,
     ) -> tuple[IntArray, IntArray]:
         """:meth:`groups_many` for some keys: their members one after the other, and sizes."""
         padded, _, far_end, goes_down, goes_up = self._padded
@@ -309,15 +366,15 @@ class Routing:
             at, row = (switches, rows) if whole else (switches[keys], rows[keys])
             nxt, column = far_end[at, :width], row[:, None]
             if phase:
-                here = down[row, at]
+                here = down[row, at].astype(np.int64)  # narrow rows: no wrap below 0
                 hit = goes_down[at, :width] & (down[column, nxt] == (here - 1)[:, None])
             else:
-                here = up[row, at]
+                here = up[row, at].astype(np.int64)
                 target = (here - 1)[:, None]
                 hit = (goes_down[at, :width] & (down[column, nxt] == target)) | (
                     goes_up[at, :width] & (up[column, nxt] == target)
                 )
-            hit &= (here < UNREACHABLE)[:, None]
+            hit &= (here < unreachable)[:, None]
             if whole:
                 mask = hit
             else:
