@@ -102,6 +102,11 @@ def max_min_fair_rates(
 WINDOW = 4096
 """How many of the lowest-reaching resources a round looks at (see :func:`_fill`)."""
 
+DENSE = 8
+"""A round whose entries exceed 1/DENSE of the flows (or resources) marks every flow (sums
+over every resource) instead of sorting its own: a plan without collisions freezes most
+flows in one or two rounds."""
+
 
 def _spans(starts: IntArray, lengths: IntArray) -> IntArray:
     """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])``, without a loop."""
@@ -177,16 +182,35 @@ def _fill(
             window, seen = live[keep], seen[keep]
         hit = window[seen <= bound]
         crossing = flows_on[_spans(on_ptr[hit], on_ptr[hit + 1] - on_ptr[hit])]
-        newly = np.unique(crossing[active[crossing]])
+        if crossing.size * DENSE > num_flows:  # a big round: a mark per flow, no sort
+            marked = np.zeros(num_flows, dtype=np.bool_)
+            marked[crossing] = True
+            newly = np.flatnonzero(marked & active)
+        else:
+            newly = np.unique(crossing[active[crossing]])
         level[newly] = lowest
         active[newly] = False
         remaining -= newly.size
         counts = lengths[newly]
         touched = cols[_spans(indptr[newly], counts)]
-        crossed, bins = np.unique(touched, return_inverse=True)
         share = np.repeat(weights[newly], counts)
-        frozen_load[crossed] += np.bincount(bins, weights=share * lowest, minlength=crossed.size)
-        active_weight[crossed] -= np.bincount(bins, weights=share, minlength=crossed.size)
+        # Per-resource sums over the same entries in the same order either way (bincount adds
+        # each bin's entries in input order): by the round's own resources, or, for a big
+        # round, over every resource without sorting.
+        if touched.size * DENSE > num_resources:
+            crossed = np.flatnonzero(np.bincount(touched, minlength=num_resources))
+            frozen_load[crossed] += np.bincount(
+                touched, weights=share * lowest, minlength=num_resources
+            )[crossed]
+            active_weight[crossed] -= np.bincount(touched, weights=share, minlength=num_resources)[
+                crossed
+            ]
+        else:
+            crossed, bins = np.unique(touched, return_inverse=True)
+            frozen_load[crossed] += np.bincount(
+                bins, weights=share * lowest, minlength=crossed.size
+            )
+            active_weight[crossed] -= np.bincount(bins, weights=share, minlength=crossed.size)
         active_weight[hit] = 0.0  # exactly, whatever rounding left behind
         alive = active_weight[crossed] > threshold
         still, gone = crossed[alive], crossed[~alive]

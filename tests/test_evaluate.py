@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import solver.fairness as fairness_module
 from c4p.bench import permutation_jobs
 from solver import (
     Incidence,
@@ -404,6 +405,10 @@ def test_max_min_rates_are_the_whole_array_rounds_bit_for_bit(
     assert got.tobytes() == want
     for window in (1, 2, 3):  # the window rebuilt often: the same floats
         assert _fill(incidence, weights, cap, window).tobytes() == want
+    for dense in (0, 10**9):  # every round sorted, every round dense
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(fairness_module, "DENSE", dense)
+            assert max_min_fair_rates(incidence, weights, cap).tobytes() == want
 
 
 def test_max_min_rates_of_an_ecmp_baseline_are_the_whole_array_rounds() -> None:
@@ -453,6 +458,10 @@ def test_max_min_rates_with_failed_links_are_the_whole_array_rounds(kind: str) -
     assert got.tobytes() == want
     for window in (1, 5, 50):
         assert _fill(incidence, weights, cap, window).tobytes() == want
+    for dense in (0, 10**9):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(fairness_module, "DENSE", dense)
+            assert max_min_fair_rates(incidence, weights, cap).tobytes() == want
 
 
 @settings(max_examples=200, deadline=None)
