@@ -144,3 +144,17 @@ def test_row_minima_equal_reduceat() -> None:
     for starts in ([0, 4, 8, 12, 16, 20], [0, 1, 5, 6, 20], [0], [0, 12], [0, 23]):
         at = np.array(starts, dtype=np.int64)
         assert _row_minima(values, at).tolist() == np.minimum.reduceat(values, at, axis=0).tolist()
+
+
+def test_even_runs_give_the_minima_of_reduceat() -> None:
+    """Short runs filled up with their own first target: the same minimum per run."""
+    rng = np.random.default_rng(5)
+    values = rng.integers(0, 50, size=(30, 4)).astype(np.uint8)
+    for starts in ([0, 4, 8, 12], [0, 1, 5, 6, 20], [0], [0, 3, 4, 9, 10, 11]):
+        at = np.array(starts, dtype=np.int64)
+        targets = rng.permutation(30)[:24]
+        runs = routing_module._even_runs(targets, at)
+        assert runs.shape[0] == len(starts)
+        got = values[runs.ravel()].reshape(*runs.shape, -1).min(axis=1)
+        want = np.minimum.reduceat(values[targets], at, axis=0)
+        assert got.tolist() == want.tolist()
