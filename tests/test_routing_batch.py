@@ -136,6 +136,17 @@ def test_groups_many_equal_next_hops(
         )
         for got_part, want_part in zip(got_groups, want_groups, strict=True):
             assert got_part.tolist() == want_part.tolist()
+        # Keys one hop from their leaf by lookup (the leaf of every row given): the same.
+        for rows_down, rows_up, sentinel in (
+            (down, up, routing_module.UNREACHABLE),
+            (narrow_down, narrow_up, far),
+        ):
+            split = routing.groups_many(
+                at[pick], rows_down, rows_up, rows[pick], phase[pick], unreachable=sentinel,
+                leaves=leaves,
+            )  # fmt: skip
+            for got_part, want_part in zip(split, want_groups, strict=True):
+                assert got_part.tolist() == want_part.tolist()
 
 
 def test_row_minima_equal_reduceat() -> None:

@@ -241,7 +241,13 @@ def forward_many(
         number = number.reshape(-1)
         rest = every % width
         members, starts, sizes = routing.groups_many(
-            every // width, down_rows, up_rows, rest // 2, rest % 2 == 1, unreachable=far
+            every // width,
+            down_rows,
+            up_rows,
+            rest // 2,
+            rest % 2 == 1,
+            unreachable=far,
+            leaves=leaves,
         )
         size = sizes[number]
         stuck = size == 0

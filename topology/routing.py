@@ -75,6 +75,15 @@ def _row_minima(rows: npt.NDArray[Distance], starts: IntArray) -> npt.NDArray[Di
     return np.minimum.reduceat(rows, starts, axis=0)
 
 
+def _spans(starts: IntArray, lengths: IntArray) -> IntArray:
+    """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])``, without a loop."""
+    total = int(lengths.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    return np.repeat(starts - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)
+
+
 def _even_runs(targets: IntArray, starts: IntArray) -> IntArray:
     """``targets`` in runs (from ``starts``) made one length, each short run filled up with
     its own first target: a minimum over a run is the same with a repeat in it.
@@ -335,6 +344,7 @@ class Routing:
         rows: IntArray,
         descending: BoolArray,
         unreachable: int = UNREACHABLE,
+        leaves: IntArray | None = None,
     ) -> tuple[IntArray, IntArray, IntArray]:
         """:meth:`next_hops` of many (switch, destination, phase) keys at once, with numpy.
 
@@ -347,7 +357,15 @@ class Routing:
         cost a second, and one call per switch (2,560 of them on a fat-tree) still a third
         of one. This is one call per forwarding step. ``unreachable``: the distance from
         which a switch cannot reach the leaf (:meth:`narrow_rows`' sentinel for its rows).
+
+        ``leaves`` (the leaf of each distance row), when given, lets a key one hop from its
+        leaf skip the scan of every member: distance 0 is the leaf's alone, so that group is
+        the switch's links to the leaf (down-going ones once descending), found by a lookup
+        (:meth:`_last_hops`). A 2-tier spine at 131k GPUs has 4,096 links, and scanning them
+        for its one member was most of the ECMP baseline there.
         """
+        if leaves is not None and len(switches):
+            return self._groups_split(switches, down, up, rows, descending, unreachable, leaves)
         degree = self._padded[1]
         width = int(degree[switches].max(initial=0))  # only as wide as these switches need
         # In slices of at most GROUP_CELLS keys x members: a 2-tier spine has 512 members, and
@@ -372,6 +390,59 @@ class Routing:
         sizes = np.concatenate([n for _, n in found])
         starts = np.cumsum(sizes) - sizes
         return members, starts, sizes
+
+    @cached_property
+    def _last_hops(self) -> tuple[IntArray, IntArray, BoolArray]:
+        """Every switch-to-switch member cell that goes up or down, keyed ``switch *
+        num_switches + far end`` and sorted by key (member order kept within a key): its
+        resource, and whether it goes down."""
+        padded, _, far_end, goes_down, goes_up = self._padded
+        real = goes_down | goes_up
+        at = np.nonzero(real)[0]
+        keys = at * self.index.num_switches + far_end[real]
+        order = np.argsort(keys, kind="stable")
+        return keys[order], padded[real][order], goes_down[real][order]
+
+    def _groups_split(
+        self,
+        switches: IntArray,
+        down: IntArray,
+        up: IntArray,
+        rows: IntArray,
+        descending: BoolArray,
+        unreachable: int,
+        leaves: IntArray,
+    ) -> tuple[IntArray, IntArray, IntArray]:
+        """:meth:`groups_many` with the keys one hop from their leaf found by lookup, the
+        rest by the scan; the result put together in key order."""
+        here = np.where(descending, down[rows, switches], up[rows, switches])
+        last = here == 1
+        rest = np.flatnonzero(~last)
+        sizes = np.zeros(len(switches), dtype=np.int64)
+        parts: list[tuple[IntArray, IntArray, IntArray]] = []  # keys, their sizes, members
+        if rest.size:
+            members, _, found = self.groups_many(
+                switches[rest], down, up, rows[rest], descending[rest], unreachable
+            )
+            parts.append((rest, found, members))
+        near = np.flatnonzero(last)
+        if near.size:
+            keys, resources, goes_down = self._last_hops
+            wanted = switches[near] * self.index.num_switches + leaves[rows[near]]
+            first = np.searchsorted(keys, wanted, side="left")
+            count = np.searchsorted(keys, wanted, side="right") - first
+            cells = _spans(first, count)
+            owner = np.repeat(np.arange(near.size), count)
+            keep = goes_down[cells] | ~descending[near][owner]
+            found = np.bincount(owner[keep], minlength=near.size).astype(np.int64)
+            parts.append((near, found, resources[cells[keep]]))
+        for keys_of, found, _ in parts:
+            sizes[keys_of] = found
+        starts = np.cumsum(sizes) - sizes
+        members_all = np.empty(int(sizes.sum()), dtype=np.int64)
+        for keys_of, found, members in parts:
+            members_all[_spans(starts[keys_of], found)] = members
+        return members_all, starts, sizes
 
     def _groups_slice(
         self,
