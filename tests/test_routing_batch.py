@@ -136,11 +136,15 @@ def test_groups_many_equal_next_hops(
         )
         for got_part, want_part in zip(got_groups, want_groups, strict=True):
             assert got_part.tolist() == want_part.tolist()
-        # Keys one hop from their leaf by lookup (the leaf of every row given): the same.
-        for rows_down, rows_up, sentinel in (
-            (down, up, routing_module.UNREACHABLE),
-            (narrow_down, narrow_up, far),
+        # Keys one hop from their leaf by lookup (the leaf of every row given): the same,
+        # whenever the lookup is used (every step, never, every step where most keys are).
+        for rows_down, rows_up, sentinel, share in (
+            (down, up, routing_module.UNREACHABLE, 0.0),
+            (narrow_down, narrow_up, far, 0.0),
+            (narrow_down, narrow_up, far, 0.5),
+            (narrow_down, narrow_up, far, 2.0),
         ):
+            monkeypatch.setattr(routing_module, "LOOKUP_FROM", share)
             split = routing.groups_many(
                 at[pick], rows_down, rows_up, rows[pick], phase[pick], unreachable=sentinel,
                 leaves=leaves,

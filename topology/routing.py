@@ -46,6 +46,10 @@ UNREACHABLE = np.iinfo(np.int64).max // 4
 PASS_CELLS = 1 << 24
 """Resources x leaves that one slice of :meth:`Routing._pass` gathers (16 MB of bytes)."""
 
+LOOKUP_FROM = 0.5
+"""The share of a step's keys one hop from their leaf from which :meth:`Routing.groups_many`
+looks those up (see :meth:`Routing._groups_split`)."""
+
 GROUP_CELLS = 1 << 18
 """Keys x members that :meth:`Routing.groups_many` looks at in one slice (bounds its
 temporaries to a few MB each, whatever the switches' degrees)."""
@@ -417,6 +421,10 @@ class Routing:
         rest by the scan; the result put together in key order."""
         here = np.where(descending, down[rows, switches], up[rows, switches])
         last = here == 1
+        if int(np.count_nonzero(last)) < LOOKUP_FROM * len(switches):
+            # Mostly keys further away (a fat-tree's step at the aggs, where a few flows turn
+            # down inside their pod): putting two parts together costs more than it saves.
+            return self.groups_many(switches, down, up, rows, descending, unreachable)
         rest = np.flatnonzero(~last)
         sizes = np.zeros(len(switches), dtype=np.int64)
         parts: list[tuple[IntArray, IntArray, IntArray]] = []  # keys, their sizes, members
@@ -436,6 +444,9 @@ class Routing:
             keep = goes_down[cells] | ~descending[near][owner]
             found = np.bincount(owner[keep], minlength=near.size).astype(np.int64)
             parts.append((near, found, resources[cells[keep]]))
+        if len(parts) == 1:  # every key one hop away: already in key order
+            _, found, members = parts[0]
+            return members, np.cumsum(found) - found, found
         for keys_of, found, _ in parts:
             sizes[keys_of] = found
         starts = np.cumsum(sizes) - sizes
