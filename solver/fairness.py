@@ -29,6 +29,7 @@ from typing import cast
 
 import numpy as np
 
+from topology.arrays import distinct, spans
 from topology.index import BoolArray, FloatArray, IntArray
 
 RELATIVE_TOLERANCE = 1e-9
@@ -108,15 +109,6 @@ over every resource) instead of sorting its own: a plan without collisions freez
 flows in one or two rounds."""
 
 
-def _spans(starts: IntArray, lengths: IntArray) -> IntArray:
-    """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])``, without a loop."""
-    total = int(lengths.sum())
-    if not total:
-        return np.zeros(0, dtype=np.int64)
-    ends = np.cumsum(lengths)
-    return np.repeat(starts - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)
-
-
 def _fill(
     incidence: Incidence, weights: FloatArray, capacity: FloatArray, window_size: int
 ) -> FloatArray:
@@ -181,18 +173,18 @@ def _fill(
             keep = seen <= top
             window, seen = live[keep], seen[keep]
         hit = window[seen <= bound]
-        crossing = flows_on[_spans(on_ptr[hit], on_ptr[hit + 1] - on_ptr[hit])]
+        crossing = flows_on[spans(on_ptr[hit], on_ptr[hit + 1] - on_ptr[hit])]
         if crossing.size * DENSE > num_flows:  # a big round: a mark per flow, no sort
             marked = np.zeros(num_flows, dtype=np.bool_)
             marked[crossing] = True
             newly = np.flatnonzero(marked & active)
         else:
-            newly = np.unique(crossing[active[crossing]])
+            newly = distinct(crossing[active[crossing]])  # not np.unique: see topology.arrays
         level[newly] = lowest
         active[newly] = False
         remaining -= newly.size
         counts = lengths[newly]
-        touched = cols[_spans(indptr[newly], counts)]
+        touched = cols[spans(indptr[newly], counts)]
         share = np.repeat(weights[newly], counts)
         # Per-resource sums over the same entries in the same order either way (bincount adds
         # each bin's entries in input order): by the round's own resources, or, for a big

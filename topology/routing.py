@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from topology.arrays import spans
 from topology.errors import PathError, UnreachableError
 from topology.index import BoolArray, FabricIndex, IntArray
 
@@ -77,15 +78,6 @@ def _row_minima(rows: npt.NDArray[Distance], starts: IntArray) -> npt.NDArray[Di
         minima: npt.NDArray[Distance] = rows.reshape(len(starts), int(lengths[0]), -1).min(axis=1)
         return minima
     return np.minimum.reduceat(rows, starts, axis=0)
-
-
-def _spans(starts: IntArray, lengths: IntArray) -> IntArray:
-    """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])``, without a loop."""
-    total = int(lengths.sum())
-    if not total:
-        return np.zeros(0, dtype=np.int64)
-    ends = np.cumsum(lengths)
-    return np.repeat(starts - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)
 
 
 def _even_runs(targets: IntArray, starts: IntArray) -> IntArray:
@@ -439,7 +431,7 @@ class Routing:
             wanted = switches[near] * self.index.num_switches + leaves[rows[near]]
             first = np.searchsorted(keys, wanted, side="left")
             count = np.searchsorted(keys, wanted, side="right") - first
-            cells = _spans(first, count)
+            cells = spans(first, count)
             owner = np.repeat(np.arange(near.size), count)
             keep = goes_down[cells] | ~descending[near][owner]
             found = np.bincount(owner[keep], minlength=near.size).astype(np.int64)
@@ -452,7 +444,7 @@ class Routing:
         starts = np.cumsum(sizes) - sizes
         members_all = np.empty(int(sizes.sum()), dtype=np.int64)
         for keys_of, found, members in parts:
-            members_all[_spans(starts[keys_of], found)] = members
+            members_all[spans(starts[keys_of], found)] = members
         return members_all, starts, sizes
 
     def _groups_slice(
