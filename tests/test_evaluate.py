@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import solver.yardstick.fairness as fairness_module
 from c4p.figures.ladder import permutation_jobs
 from solver import (
     Incidence,
@@ -21,6 +22,7 @@ from solver import (
     max_min_fair_rates,
 )
 from solver.yardstick.ecmp import ecmp_paths
+from solver.yardstick.fairness import _fill
 from topology.generators import (
     DualPlaneParams,
     LeafSpineParams,
@@ -399,7 +401,14 @@ def test_max_min_rates_are_the_whole_array_rounds_bit_for_bit(
     weights = np.asarray([w for _, w in flows], dtype=np.float64)
     cap = np.asarray(capacity, dtype=np.float64)
     got = max_min_fair_rates(incidence, weights, cap)
-    assert got.tobytes() == reference_max_min(incidence, weights, cap).tobytes()
+    want = reference_max_min(incidence, weights, cap).tobytes()
+    assert got.tobytes() == want
+    for window in (1, 2, 3):  # the window rebuilt often: the same floats
+        assert _fill(incidence, weights, cap, window).tobytes() == want
+    for dense in (0, 10**9):  # every round sorted, every round dense
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(fairness_module, "DENSE", dense)
+            assert max_min_fair_rates(incidence, weights, cap).tobytes() == want
 
 
 def test_max_min_rates_of_an_ecmp_baseline_are_the_whole_array_rounds() -> None:
@@ -413,7 +422,46 @@ def test_max_min_rates_of_an_ecmp_baseline_are_the_whole_array_rounds() -> None:
     cap = fabric.index.res_capacity
     got = max_min_fair_rates(incidence, weights, cap)
     assert len(np.unique(got / weights)) > 3
-    assert got.tobytes() == reference_max_min(incidence, weights, cap).tobytes()
+    want = reference_max_min(incidence, weights, cap).tobytes()
+    assert got.tobytes() == want
+    for window in (1, 7, 64):
+        assert _fill(incidence, weights, cap, window).tobytes() == want
+
+
+@pytest.mark.parametrize("kind", ["fat-tree", "rail-optimized"])
+def test_max_min_rates_with_failed_links_are_the_whole_array_rounds(kind: str) -> None:
+    """Links down (capacity 0: their flows get 0) and a drained one, on ECMP paths and
+    equal weights (many flows reach the same level in one round), small windows too."""
+    params = (
+        {"pods": 4, "leaves_per_pod": 4, "aggs_per_pod": 4, "cores": 8, "hosts_per_leaf": 4}
+        if kind == "fat-tree"
+        else {"units": 4, "hosts_per_unit": 4, "rails": 4, "spines": 4}
+    )
+    fabric = generate(kind, **params)
+    switches = {s.name for s in fabric.switches}
+    inner = [
+        i for i, link in enumerate(fabric.links)
+        if link.a.split(":")[0] in switches and link.b.split(":")[0] in switches
+    ]  # fmt: skip
+    fabric = fabric.with_link_status(
+        {**{i: LinkStatus.DOWN for i in inner[:40:7]}, inner[3]: LinkStatus.DRAINED}
+    )
+    workload = derive_workload(fabric, permutation_jobs(qps=2, seed=3)(fabric))
+    paths = ecmp_paths(fabric, workload.flows).paths
+    incidence = Incidence.from_paths(paths)
+    weights = np.ones(len(paths))
+    index = fabric.index
+    cap = np.where(index.res_usable, index.res_capacity, 0.0)
+    assert (cap == 0).any()
+    got = max_min_fair_rates(incidence, weights, cap)
+    want = reference_max_min(incidence, weights, cap).tobytes()
+    assert got.tobytes() == want
+    for window in (1, 5, 50):
+        assert _fill(incidence, weights, cap, window).tobytes() == want
+    for dense in (0, 10**9):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(fairness_module, "DENSE", dense)
+            assert max_min_fair_rates(incidence, weights, cap).tobytes() == want
 
 
 @settings(max_examples=200, deadline=None)

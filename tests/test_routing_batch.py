@@ -52,12 +52,16 @@ def fabric_of(name: str, k: int) -> Fabric:
     return variants(BASES[name])[k]
 
 
+@pytest.mark.parametrize("cells", [None, 1, 50])
 @pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize(("name", "k"), CASES)
 def test_distance_rows_equal_the_per_leaf_tables(
-    name: str, k: int, wide: bool, monkeypatch: pytest.MonkeyPatch
+    name: str, k: int, wide: bool, cells: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """In bytes (every Clos) and in the 32-bit integers taken beyond 125 tier steps."""
+    """In bytes (every Clos) and in the 32-bit integers taken beyond 125 tier steps; also in
+    slices of one or a few leaves (``PASS_CELLS`` small), as a large fabric's pass is."""
+    if cells is not None:
+        monkeypatch.setattr(routing_module, "PASS_CELLS", cells)
     if wide:
         monkeypatch.setattr(routing_module, "_distance_type", lambda steps: (np.int32, 1 << 30))
     fabric = fabric_of(name, k)
@@ -70,6 +74,20 @@ def test_distance_rows_equal_the_per_leaf_tables(
         assert down[row].tolist() == table.down_dist.tolist()
         assert up[row].tolist() == table.up_dist.tolist()
         assert batch.table(leaf).down_dist.tolist() == table.down_dist.tolist()
+    # In bytes with their sentinel (what forward_many uses), and tables made from them.
+    narrow = Routing(fabric.index)
+    narrow_down, narrow_up, far = narrow.narrow_rows(leaves)
+    for got, want in ((narrow_down, down), (narrow_up, up)):
+        widened = got.astype(np.int64)
+        widened[widened >= far] = routing_module.UNREACHABLE
+        assert widened.tolist() == want.tolist()
+    for leaf in leaves.tolist():
+        assert narrow.table(leaf).down_dist.tolist() == single.table(leaf).down_dist.tolist()
+        assert narrow.table(leaf).up_dist.tolist() == single.table(leaf).up_dist.tolist()
+        assert narrow.table(leaf).down_dist.dtype == np.int64
+    again = Routing(fabric.index).narrow_rows(np.array([0, 0, *leaves.tolist()]))
+    assert again[0][2:].tolist() == narrow_down.tolist()
+    assert again[1][:2].tolist() == [narrow_up[-1].tolist()] * 2  # leaf 0 is the last row
     # Asked again, partly cached and with repeats: the same rows.
     again_down, again_up = batch.distance_rows(np.array([0, 0, *leaves.tolist()]))
     assert again_down[2:].tolist() == down.tolist()
@@ -109,6 +127,30 @@ def test_groups_many_equal_next_hops(
             want = routing.next_hops(int(at[key]), int(leaves[rows[key]]), bool(phase[key]))
             got = members[starts[i] : starts[i] + sizes[i]].tolist()
             assert got == list(want), (int(at[key]), int(rows[key]), bool(phase[key]))
+    # The same groups from the narrow rows and their sentinel.
+    narrow_down, narrow_up, far = Routing(fabric.index).narrow_rows(leaves)
+    for pick in calls:
+        want_groups = routing.groups_many(at[pick], down, up, rows[pick], phase[pick])
+        got_groups = routing.groups_many(
+            at[pick], narrow_down, narrow_up, rows[pick], phase[pick], unreachable=far
+        )
+        for got_part, want_part in zip(got_groups, want_groups, strict=True):
+            assert got_part.tolist() == want_part.tolist()
+        # Keys one hop from their leaf by lookup (the leaf of every row given): the same,
+        # whenever the lookup is used (every step, never, every step where most keys are).
+        for rows_down, rows_up, sentinel, share in (
+            (down, up, routing_module.UNREACHABLE, 0.0),
+            (narrow_down, narrow_up, far, 0.0),
+            (narrow_down, narrow_up, far, 0.5),
+            (narrow_down, narrow_up, far, 2.0),
+        ):
+            monkeypatch.setattr(routing_module, "LOOKUP_FROM", share)
+            split = routing.groups_many(
+                at[pick], rows_down, rows_up, rows[pick], phase[pick], unreachable=sentinel,
+                leaves=leaves,
+            )  # fmt: skip
+            for got_part, want_part in zip(split, want_groups, strict=True):
+                assert got_part.tolist() == want_part.tolist()
 
 
 def test_row_minima_equal_reduceat() -> None:
@@ -117,3 +159,17 @@ def test_row_minima_equal_reduceat() -> None:
     for starts in ([0, 4, 8, 12, 16, 20], [0, 1, 5, 6, 20], [0], [0, 12], [0, 23]):
         at = np.array(starts, dtype=np.int64)
         assert _row_minima(values, at).tolist() == np.minimum.reduceat(values, at, axis=0).tolist()
+
+
+def test_even_runs_give_the_minima_of_reduceat() -> None:
+    """Short runs filled up with their own first target: the same minimum per run."""
+    rng = np.random.default_rng(5)
+    values = rng.integers(0, 50, size=(30, 4)).astype(np.uint8)
+    for starts in ([0, 4, 8, 12], [0, 1, 5, 6, 20], [0], [0, 3, 4, 9, 10, 11]):
+        at = np.array(starts, dtype=np.int64)
+        targets = rng.permutation(30)[:24]
+        runs = routing_module._even_runs(targets, at)
+        assert runs.shape[0] == len(starts)
+        got = values[runs.ravel()].reshape(*runs.shape, -1).min(axis=1)
+        want = np.minimum.reduceat(values[targets], at, axis=0)
+        assert got.tolist() == want.tolist()

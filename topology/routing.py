@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from topology.arrays import spans
 from topology.errors import PathError, UnreachableError
 from topology.index import BoolArray, FabricIndex, IntArray
 
@@ -42,6 +43,13 @@ _Step = tuple[IntArray, IntArray, IntArray]
 
 UNREACHABLE = np.iinfo(np.int64).max // 4
 """Distance of a switch that cannot reach the destination (large, and safe to add 1 to)."""
+
+PASS_CELLS = 1 << 24
+"""Resources x leaves that one slice of :meth:`Routing._pass` gathers (16 MB of bytes)."""
+
+LOOKUP_FROM = 0.5
+"""The share of a step's keys one hop from their leaf from which :meth:`Routing.groups_many`
+looks those up (see :meth:`Routing._groups_split`)."""
 
 GROUP_CELLS = 1 << 18
 """Keys x members that :meth:`Routing.groups_many` looks at in one slice (bounds its
@@ -70,6 +78,22 @@ def _row_minima(rows: npt.NDArray[Distance], starts: IntArray) -> npt.NDArray[Di
         minima: npt.NDArray[Distance] = rows.reshape(len(starts), int(lengths[0]), -1).min(axis=1)
         return minima
     return np.minimum.reduceat(rows, starts, axis=0)
+
+
+def _even_runs(targets: IntArray, starts: IntArray) -> IntArray:
+    """``targets`` in runs (from ``starts``) made one length, each short run filled up with
+    its own first target: a minimum over a run is the same with a repeat in it.
+
+    Why: :func:`_row_minima`'s reshaped minimum needs runs of one length, and one link down
+    makes one switch's run shorter; the slow path (reduceat down a wide matrix) then took the
+    ECMP baseline at 131k GPUs from 2.6 to 4.6 s. The rows of a (switches x leaves) pass are
+    then ``targets[result]`` reshaped to ``(len(starts), length, -1)``."""
+    lengths = np.diff(starts, append=len(targets))
+    length = int(lengths.max(initial=1))
+    column = np.arange(length)
+    within = np.where(column[None, :] < lengths[:, None], column[None, :], 0)
+    picked: IntArray = targets[starts[:, None] + within]
+    return picked
 
 
 def _distance_type(steps: int) -> tuple[type[np.integer[Any]], int]:
@@ -109,6 +133,7 @@ class Routing:
             for rs in index.out_resources[: index.num_switches]
         ]
         self._tables: dict[int, DestinationTable] = {}
+        self._narrow: dict[int, tuple[npt.NDArray[Any], npt.NDArray[Any], int, int]] = {}
         self._paths: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
         self._path_sets: dict[tuple[int, int], frozenset[tuple[int, ...]]] = {}
 
@@ -139,6 +164,15 @@ class Routing:
         cached = self._tables.get(leaf)
         if cached is not None:
             return cached
+        narrow = self._narrow.get(leaf)
+        if narrow is not None:  # computed by narrow_rows: its column, widened
+            rows_down, rows_up, column, far = narrow
+            down, up = (r[column].astype(np.int64) for r in (rows_down, rows_up))
+            for dist in (down, up):
+                dist[dist >= far] = UNREACHABLE
+            table = DestinationTable(leaf=leaf, down_dist=down, up_dist=up)
+            self._tables[leaf] = table
+            return table
         down_steps, up_steps = self._tier_steps
         # Distances over switches only (NIC ports are never transit): small arrays per leaf.
         down = np.full(self.index.num_switches, UNREACHABLE, dtype=np.int64)
@@ -184,6 +218,74 @@ class Routing:
             table.groups[key] = group
         return group
 
+    def _pass(self, leaves: list[int]) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
+        """``down_dist`` and ``up_dist`` toward each of ``leaves`` (distinct), one row per leaf,
+        in the narrowest integers that hold a sentinel far above any distance
+        (see :func:`_distance_type`), and that sentinel: a distance at or above it is
+        unreachable. One pass over many leaves at once (the same per-tier minima as
+        :meth:`table`, on a switches x leaves matrix: a tier's gather takes whole rows,
+        reduceat runs down columns)."""
+        down_steps, up_steps = self._tier_steps
+        dtype, far = _distance_type(len(down_steps) + len(up_steps))
+        switches = self.index.num_switches
+        down = np.empty((len(leaves), switches), dtype=dtype)
+        up = np.empty_like(down)
+        # Each step's runs made one length (see _even_runs), unless that would more than
+        # double the gather (runs of very different lengths: not a Clos tier).
+        evened = []
+        for targets, starts, sources in (*down_steps, *up_steps):
+            runs: IntArray | None = _even_runs(targets, starts)
+            if runs is not None and runs.size > 2 * len(targets):
+                runs = None
+            evened.append((targets, starts, sources, runs))
+        down_even, up_even = evened[: len(down_steps)], evened[len(down_steps) :]
+
+        def minima(matrix: npt.NDArray[Any], step: tuple[Any, ...]) -> npt.NDArray[Any]:
+            targets, starts, _, runs = step
+            if runs is None:
+                return _row_minima(matrix[targets], starts)
+            found: npt.NDArray[Any] = matrix[runs.ravel()].reshape(*runs.shape, -1).min(axis=1)
+            return found
+
+        # In slices of leaves whose gathers (a tier's resources x the slice) stay near
+        # PASS_CELLS: at 131k GPUs a tier has 131,072 resources, and all 4,096 leaves at once
+        # made 512 MB temporaries per tier (1.8 s; 0.7 s in slices, the same distances).
+        widest = max((len(t) if r is None else r.size for t, _, _, r in evened), default=1)
+        step = max(1, PASS_CELLS // max(widest, 1))
+        for k in range(0, len(leaves), step):
+            part = leaves[k : k + step]
+            d = np.full((switches, len(part)), far, dtype=dtype)
+            d[part, np.arange(len(part))] = 0
+            for tier in down_even:
+                d[tier[2]] = np.minimum(d[tier[2]], minima(d, tier) + 1)
+            u = d.copy()
+            for tier in up_even:
+                u[tier[2]] = np.minimum(u[tier[2]], minima(u, tier) + 1)
+            down[k : k + step], up[k : k + step] = d.T, u.T  # small slices: cheap to turn
+        return down, up, far
+
+    def narrow_rows(self, leaves: IntArray) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
+        """:meth:`distance_rows` in the pass's own narrow integers, with its sentinel (a
+        distance at or above it is unreachable; give it to :meth:`groups_many`).
+
+        Why: the ECMP baseline at 131k GPUs needs all 4,096 leaves, and their rows as 64-bit
+        integers were 600 MB and 3.8 s to convert and cache as tables; as bytes they are
+        75 MB. The tables of these leaves are made from these rows when first asked for."""
+        wanted = leaves.tolist()
+        distinct = list(dict.fromkeys(wanted))
+        if not distinct:
+            dtype, far = _distance_type(0)
+            empty = np.zeros((0, self.index.num_switches), dtype=dtype)
+            return empty, empty, far
+        down, up, far = self._pass(distinct)
+        for column, leaf in enumerate(distinct):
+            self._narrow.setdefault(leaf, (down, up, column, far))
+        if distinct != wanted:
+            position = {leaf: i for i, leaf in enumerate(distinct)}
+            picked = np.asarray([position[leaf] for leaf in wanted], dtype=np.int64)
+            down, up = down[picked], up[picked]
+        return down, up, far
+
     def distance_rows(self, leaves: IntArray) -> tuple[IntArray, IntArray]:
         """``down_dist`` and ``up_dist`` toward each of ``leaves``, one row per leaf, for
         :meth:`groups_many`.
@@ -195,21 +297,8 @@ class Routing:
         wanted = leaves.tolist()
         missing = [leaf for leaf in dict.fromkeys(wanted) if leaf not in self._tables]
         if len(missing) > 1:
-            # Switches x leaves (a tier's gather takes whole rows, reduceat runs down columns),
-            # in the narrowest integers that hold a sentinel far above any distance (see
-            # _distance_type): less memory to stream.
-            down_steps, up_steps = self._tier_steps
-            dtype, far = _distance_type(len(down_steps) + len(up_steps))
-            down = np.full((self.index.num_switches, len(missing)), far, dtype=dtype)
-            down[missing, np.arange(len(missing))] = 0
-            for targets, starts, sources in down_steps:
-                best = _row_minima(down[targets], starts) + 1
-                down[sources] = np.minimum(down[sources], best)
-            up = down.copy()
-            for targets, starts, sources in up_steps:
-                best = _row_minima(up[targets], starts) + 1
-                up[sources] = np.minimum(up[sources], best)
-            down_rows, up_rows = (np.ascontiguousarray(d.T, dtype=np.int64) for d in (down, up))
+            narrow_down, narrow_up, far = self._pass(missing)
+            down_rows, up_rows = (d.astype(np.int64) for d in (narrow_down, narrow_up))
             for rows in (down_rows, up_rows):
                 rows[rows >= far] = UNREACHABLE
             for i, leaf in enumerate(missing):
@@ -250,6 +339,8 @@ class Routing:
         up: IntArray,
         rows: IntArray,
         descending: BoolArray,
+        unreachable: int = UNREACHABLE,
+        leaves: IntArray | None = None,
     ) -> tuple[IntArray, IntArray, IntArray]:
         """:meth:`next_hops` of many (switch, destination, phase) keys at once, with numpy.
 
@@ -260,8 +351,17 @@ class Routing:
         sizes[i]]`` is ``next_hops(...)`` of key ``i``). Why: the ECMP baseline of a shuffled
         ring at 16k GPUs meets some 26,000 distinct groups; asking :meth:`next_hops` for each
         cost a second, and one call per switch (2,560 of them on a fat-tree) still a third
-        of one. This is one call per forwarding step.
+        of one. This is one call per forwarding step. ``unreachable``: the distance from
+        which a switch cannot reach the leaf (:meth:`narrow_rows`' sentinel for its rows).
+
+        ``leaves`` (the leaf of each distance row), when given, lets a key one hop from its
+        leaf skip the scan of every member: distance 0 is the leaf's alone, so that group is
+        the switch's links to the leaf (down-going ones once descending), found by a lookup
+        (:meth:`_last_hops`). A 2-tier spine at 131k GPUs has 4,096 links, and scanning them
+        for its one member was most of the ECMP baseline there.
         """
+        if leaves is not None and len(switches):
+            return self._groups_split(switches, down, up, rows, descending, unreachable, leaves)
         degree = self._padded[1]
         width = int(degree[switches].max(initial=0))  # only as wide as these switches need
         # In slices of at most GROUP_CELLS keys x members: a 2-tier spine has 512 members, and
@@ -275,6 +375,7 @@ class Routing:
                 rows[k : k + step],
                 descending[k : k + step],
                 width,
+                unreachable,
             )  # fmt: skip
             for k in range(0, len(switches), step)
         ]
@@ -286,6 +387,66 @@ class Routing:
         starts = np.cumsum(sizes) - sizes
         return members, starts, sizes
 
+    @cached_property
+    def _last_hops(self) -> tuple[IntArray, IntArray, BoolArray]:
+        """Every switch-to-switch member cell that goes up or down, keyed ``switch *
+        num_switches + far end`` and sorted by key (member order kept within a key): its
+        resource, and whether it goes down."""
+        padded, _, far_end, goes_down, goes_up = self._padded
+        real = goes_down | goes_up
+        at = np.nonzero(real)[0]
+        keys = at * self.index.num_switches + far_end[real]
+        order = np.argsort(keys, kind="stable")
+        return keys[order], padded[real][order], goes_down[real][order]
+
+    def _groups_split(
+        self,
+        switches: IntArray,
+        down: IntArray,
+        up: IntArray,
+        rows: IntArray,
+        descending: BoolArray,
+        unreachable: int,
+        leaves: IntArray,
+    ) -> tuple[IntArray, IntArray, IntArray]:
+        """:meth:`groups_many` with the keys one hop from their leaf found by lookup, the
+        rest by the scan; the result put together in key order."""
+        here = np.where(descending, down[rows, switches], up[rows, switches])
+        last = here == 1
+        if int(np.count_nonzero(last)) < LOOKUP_FROM * len(switches):
+            # Mostly keys further away (a fat-tree's step at the aggs, where a few flows turn
+            # down inside their pod): putting two parts together costs more than it saves.
+            return self.groups_many(switches, down, up, rows, descending, unreachable)
+        rest = np.flatnonzero(~last)
+        sizes = np.zeros(len(switches), dtype=np.int64)
+        parts: list[tuple[IntArray, IntArray, IntArray]] = []  # keys, their sizes, members
+        if rest.size:
+            members, _, found = self.groups_many(
+                switches[rest], down, up, rows[rest], descending[rest], unreachable
+            )
+            parts.append((rest, found, members))
+        near = np.flatnonzero(last)
+        if near.size:
+            keys, resources, goes_down = self._last_hops
+            wanted = switches[near] * self.index.num_switches + leaves[rows[near]]
+            first = np.searchsorted(keys, wanted, side="left")
+            count = np.searchsorted(keys, wanted, side="right") - first
+            cells = spans(first, count)
+            owner = np.repeat(np.arange(near.size), count)
+            keep = goes_down[cells] | ~descending[near][owner]
+            found = np.bincount(owner[keep], minlength=near.size).astype(np.int64)
+            parts.append((near, found, resources[cells[keep]]))
+        if len(parts) == 1:  # every key one hop away: already in key order
+            _, found, members = parts[0]
+            return members, np.cumsum(found) - found, found
+        for keys_of, found, _ in parts:
+            sizes[keys_of] = found
+        starts = np.cumsum(sizes) - sizes
+        members_all = np.empty(int(sizes.sum()), dtype=np.int64)
+        for keys_of, found, members in parts:
+            members_all[spans(starts[keys_of], found)] = members
+        return members_all, starts, sizes
+
     def _groups_slice(
         self,
         switches: IntArray,
@@ -294,6 +455,7 @@ class Routing:
         rows: IntArray,
         descending: BoolArray,
         width: int,
+        unreachable: int,
     ) -> tuple[IntArray, IntArray]:
         """:meth:`groups_many` for some keys: their members one after the other, and sizes."""
         padded, _, far_end, goes_down, goes_up = self._padded
@@ -309,15 +471,15 @@ class Routing:
             at, row = (switches, rows) if whole else (switches[keys], rows[keys])
             nxt, column = far_end[at, :width], row[:, None]
             if phase:
-                here = down[row, at]
+                here = down[row, at].astype(np.int64)  # narrow rows: no wrap below 0
                 hit = goes_down[at, :width] & (down[column, nxt] == (here - 1)[:, None])
             else:
-                here = up[row, at]
+                here = up[row, at].astype(np.int64)
                 target = (here - 1)[:, None]
                 hit = (goes_down[at, :width] & (down[column, nxt] == target)) | (
                     goes_up[at, :width] & (up[column, nxt] == target)
                 )
-            hit &= (here < UNREACHABLE)[:, None]
+            hit &= (here < unreachable)[:, None]
             if whole:
                 mask = hit
             else:

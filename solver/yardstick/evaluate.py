@@ -45,6 +45,7 @@ import operator
 import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -128,9 +129,15 @@ class Evaluation:
     unreachable: tuple[str, ...]
     jobs: tuple[JobResult, ...]
     communicators: tuple[CommunicatorResult, ...]
-    pairs: tuple[PairResult, ...] = field(repr=False)
+    pair_table: _PairTable = field(repr=False)
     flow_rates_gbps: FloatArray = field(repr=False)
     resource_load: FloatArray = field(repr=False)
+
+    @cached_property
+    def pairs(self) -> tuple[PairResult, ...]:
+        """Every rank pair's result, made when first read: ``c4p plan`` never reads them, and
+        at 131k GPUs making them was 131,072 objects per evaluation (0.3-0.5 s)."""
+        return tuple(self.pair_table.results())
 
     @property
     def min_busbw_fraction(self) -> float | None:
@@ -231,7 +238,7 @@ def evaluate(
         unreachable=tuple(flows[i].id for i in np.flatnonzero(~reachable).tolist()),
         jobs=_jobs(workload, comm_results),
         communicators=tuple(comm_results),
-        pairs=tuple(pairs),
+        pair_table=pairs,
         flow_rates_gbps=rates,
         resource_load=load,
     )
@@ -258,6 +265,11 @@ class _Grouping:
     flows: IntArray
 
 
+_PAIR_KEY = operator.attrgetter("job", "communicator", "src_rank", "dst_rank", "tree")
+_COMM_KEY = operator.attrgetter("job", "communicator")
+_PAIRS = operator.attrgetter("pairs")
+_COMM_OF_PAIR = operator.itemgetter(0, 1)
+
 _GROUPINGS: weakref.WeakKeyDictionary[Workload, _Grouping] = weakref.WeakKeyDictionary()
 
 
@@ -265,34 +277,36 @@ def _grouping(workload: Workload) -> _Grouping:
     found = _GROUPINGS.get(workload)
     if found is not None:
         return found
-    key_of: dict[tuple[str, str, int, int, int], int] = {}
-    conn_pair: list[int] = []
-    divisor: list[int] = []
-    for c in workload.connections:
-        key = (c.job, c.communicator, c.src_rank, c.dst_rank, c.tree)
-        k = key_of.get(key)
-        if k is None:
-            k = key_of[key] = len(key_of)
-            divisor.append(c.pairs)
-        conn_pair.append(k)
-    pair_of_flow = np.asarray(conn_pair, dtype=np.int64)[workload.flow_connection]
+    # Read with attrgetter, map and dicts (C loops, no Python step per connection): the loop
+    # over 131,072 connections at 131k GPUs was 0.3 s of every first evaluation.
+    conns = workload.connections
+    keys = list(map(_PAIR_KEY, conns))
+    key_of = {key: k for k, key in enumerate(dict.fromkeys(keys))}
+    conn_pair = np.fromiter(map(key_of.__getitem__, keys), np.int64, count=len(keys))
+    # Each pair's divisor is its first connection's ``pairs``: a dict filled last to first
+    # keeps the first connection of each key.
+    first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1), strict=True))
+    every_divisor = np.fromiter(map(_PAIRS, conns), np.float64, count=len(conns))
+    firsts = np.fromiter(map(first.__getitem__, key_of), np.int64, count=len(key_of))
+    pair_of_flow = conn_pair[workload.flow_connection]
     # Communicators by (job, id): those of the connections, then any without connections.
-    comm_index: dict[tuple[str, str], int] = {}
-    comm_of_conn = np.asarray(
-        [
-            comm_index.setdefault((c.job, c.communicator), len(comm_index))
-            for c in workload.connections
-        ],
-        dtype=np.int64,
+    comm_keys = list(map(_COMM_KEY, conns))
+    comm_index: dict[tuple[str, str], int] = {
+        key: i for i, key in enumerate(dict.fromkeys(comm_keys))
+    }
+    comm_of_conn = np.fromiter(
+        map(comm_index.__getitem__, comm_keys), np.int64, count=len(comm_keys)
     )
     for comm in workload.communicators:
         comm_index.setdefault((comm.job, comm.id), len(comm_index))
-    comm_of_pair = np.asarray([comm_index[(job, comm)] for job, comm, *_ in key_of], np.int64)
+    comm_of_pair = np.fromiter(
+        map(comm_index.__getitem__, map(_COMM_OF_PAIR, key_of)), np.int64, count=len(key_of)
+    )
     comm_of_flow = comm_of_conn[workload.flow_connection]
     found = _Grouping(
         keys=list(key_of),
         pair_of_flow=pair_of_flow,
-        divisor=np.asarray(divisor, dtype=np.float64),
+        divisor=every_divisor[firsts],
         comm_index=comm_index,
         comm_of_pair=comm_of_pair,
         comm_of_flow=comm_of_flow,
@@ -303,7 +317,28 @@ def _grouping(workload: Workload) -> _Grouping:
     return found
 
 
-def _pairs(workload: Workload, rates: FloatArray, weights: FloatArray) -> list[PairResult]:
+@dataclass(frozen=True, eq=False)
+class _PairTable:
+    """Every rank pair's figures as columns (what :class:`PairResult` objects are made from)."""
+
+    keys: list[tuple[str, str, int, int, int]]
+    flows: IntArray
+    rate: FloatArray
+    """The pair's rate (see the module docstring), Gb/s."""
+    total: FloatArray
+    """The sum of its flows' rates, Gb/s."""
+
+    def results(self) -> list[PairResult]:
+        return [
+            _pair_result(job, comm, src, dst, tree, n, rate, total)
+            for (job, comm, src, dst, tree), n, rate, total in zip(
+                self.keys, self.flows.tolist(), self.rate.tolist(), self.total.tolist(),
+                strict=True,
+            )
+        ]  # fmt: skip
+
+
+def _pairs(workload: Workload, rates: FloatArray, weights: FloatArray) -> _PairTable:
     """Group flows into rank pairs and compute each pair's rate (see the module docstring)."""
     grouping = _grouping(workload)
     pair_of_flow = grouping.pair_of_flow
@@ -314,12 +349,7 @@ def _pairs(workload: Workload, rates: FloatArray, weights: FloatArray) -> list[P
     least_share = np.full(count, np.inf)
     np.minimum.at(least_share, pair_of_flow, rates / weights)
     effective = total_weight * least_share / grouping.divisor
-    return [
-        _pair_result(job, comm, src, dst, tree, n, rate, total)
-        for (job, comm, src, dst, tree), n, rate, total in zip(
-            grouping.keys, flows.tolist(), effective.tolist(), total_rate.tolist(), strict=True
-        )
-    ]
+    return _PairTable(grouping.keys, flows, effective, total_rate.astype(np.float64, copy=False))
 
 
 def _pair_result(
@@ -357,14 +387,14 @@ def _pair_result(
 
 def _communicators(
     workload: Workload,
-    pairs: list[PairResult],
+    pairs: _PairTable,
     reachable: np.ndarray[Any, np.dtype[np.bool_]],
 ) -> list[CommunicatorResult]:
     grouping = _grouping(workload)
     count = len(grouping.comm_index)
     # Each communicator's slowest pair: the first (in pair order) of the lowest rate.
-    rate = np.fromiter((p.rate_gbps for p in pairs), np.float64, count=len(pairs))
-    order = np.lexsort((np.arange(len(pairs)), rate, grouping.comm_of_pair))
+    rate = pairs.rate
+    order = np.lexsort((np.arange(len(rate)), rate, grouping.comm_of_pair))
     firsts = np.flatnonzero(np.diff(grouping.comm_of_pair[order], prepend=-1) != 0)
     slowest_of: dict[int, int] = {
         int(grouping.comm_of_pair[order[i]]): int(order[i]) for i in firsts.tolist()
@@ -375,8 +405,11 @@ def _communicators(
     for comm in workload.communicators:
         i = grouping.comm_index[(comm.job, comm.id)]
         k = slowest_of.get(i)
-        slowest = pairs[k] if k is not None else None
-        busbw = busbw_factor(comm) * slowest.rate_gbps if slowest else None
+        slowest = None
+        if k is not None:
+            _, _, src_rank, dst_rank, _ = pairs.keys[k]
+            slowest = (src_rank, dst_rank, float(rate[k]))
+        busbw = busbw_factor(comm) * slowest[2] if slowest else None
         results.append(
             CommunicatorResult(
                 job=comm.job,
@@ -387,8 +420,8 @@ def _communicators(
                 connections=conns[i],
                 flows=flow_count[i],
                 unreachable=lost[i],
-                slowest_pair=(slowest.src_rank, slowest.dst_rank) if slowest else None,
-                slowest_rate_gbps=slowest.rate_gbps if slowest else None,
+                slowest_pair=slowest[:2] if slowest else None,
+                slowest_rate_gbps=slowest[2] if slowest else None,
                 busbw_gbps=busbw,
                 line_rate_gbps=comm.line_rate_gbps,
                 busbw_fraction=busbw / comm.line_rate_gbps if busbw is not None else None,
