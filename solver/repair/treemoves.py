@@ -77,8 +77,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from solver.exact.fattree import FatTreeShape, _leaves
 from solver.exact.treecounts import BIG, Chain, Counts
+from solver.exact.treeshape import FatTreeShape, _leaves
 from solver.repair.treechains import DEPTH as DEPTH
 from solver.repair.treechains import NODES as NODES
 from solver.repair.treechains import PENDING, _floor, _relieve, _restore

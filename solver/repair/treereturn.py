@@ -17,8 +17,8 @@ import time
 import numpy as np
 import numpy.typing as npt
 
-from solver.exact.fattree import FatTreeShape, _leaves
 from solver.exact.treecounts import Counts
+from solver.exact.treeshape import FatTreeShape, _leaves
 from solver.repair.treechains import _moved, _relieve, _restore
 from topology.index import IntArray
 
