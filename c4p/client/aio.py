@@ -10,7 +10,6 @@ job is released, a non-retryable error occurs, or ``stop`` is set.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
@@ -21,8 +20,7 @@ from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
 from c4p.client.endpoints import Endpoints, Method
 from c4p.client.mirror import BindingChange, BindingMirror, OnChange, control_mode_name
-from c4p.client.wire import FLOW, ApiError, ClientTls, auth, secure_aio_channel
-from c4p.client.wire import control_mode as control_mode_pb
+from c4p.client.wire import FLOW, ApiError, ClientTls, auth, register_request, secure_aio_channel
 from topology.backoff import Backoff
 
 R = TypeVar("R")
@@ -89,15 +87,7 @@ class AsyncFlowIntentClient:
         request_id: str | None = None,
         control_mode: str | None = None,
     ) -> AsyncJobSession:
-        request = fi.RegisterJobRequest(
-            job_id=job_id,
-            tenant=tenant,
-            priority=priority,
-            hosts=list(hosts),
-            ranks=[pb.RankPlacement(rank=r, host=h, nic=n) for r, h, n in ranks],
-            request_id=request_id or uuid.uuid4().hex,
-            control_mode=control_mode_pb(control_mode),
-        )
+        request = register_request(job_id, hosts, ranks, tenant, priority, request_id, control_mode)
         metadata = auth(self.register_token)
         reply: fi.RegisterJobResponse = await retrying(
             lambda: self._register(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -30,7 +29,7 @@ from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
 from c4p.client.endpoints import Endpoints, Method
 from c4p.client.mirror import BindingMirror, OnChange, control_mode_name
-from c4p.client.wire import ADMIN, FLOW, ApiError, ClientTls, auth, secure_channel
+from c4p.client.wire import ADMIN, FLOW, ApiError, ClientTls, auth, register_request, secure_channel
 from c4p.client.wire import control_mode as control_mode_pb
 from topology.backoff import Backoff
 
@@ -112,15 +111,7 @@ class FlowIntentClient:
         control_mode: str | None = None,
     ) -> JobSession:
         """Register a job by hosts (every NIC a rank) or by (rank, host, nic) triples."""
-        request = fi.RegisterJobRequest(
-            job_id=job_id,
-            tenant=tenant,
-            priority=priority,
-            hosts=list(hosts),
-            ranks=[pb.RankPlacement(rank=r, host=h, nic=n) for r, h, n in ranks],
-            request_id=request_id or uuid.uuid4().hex,
-            control_mode=control_mode_pb(control_mode),
-        )
+        request = register_request(job_id, hosts, ranks, tenant, priority, request_id, control_mode)
         metadata = auth(self.register_token)
         reply: fi.RegisterJobResponse = retrying(
             lambda: self._register(

@@ -19,10 +19,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
-from c4p.testing.processes import alive, free_port, kill, spawn
+from c4p.testing.processes import Supervised, alive, free_port, kill, spawn
 
 ETCD = "etcd"
 __all__ = ["ETCD", "EtcdCluster", "Member", "etcd_binary", "free_port"]
@@ -56,7 +55,7 @@ class Member:
 
 
 @dataclass
-class EtcdCluster:
+class EtcdCluster(Supervised):
     """``size`` etcd members on loopback (see the module docstring)."""
 
     size: int = 3
@@ -148,14 +147,3 @@ class EtcdCluster:
                 self.kill(i)
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -5,7 +5,8 @@ Why apart: the etcd members (:mod:`c4p.testing.etcd_cluster`) and the controller
 session of its own (a signal to the test runner's group does not reach it, and it does not
 outlive a ``kill -9`` of its own group), its output appended to a log file the failure message
 names, a loopback port found by binding to port 0, and a hard kill that also ends a process
-stopped by ``SIGSTOP``. One home for that keeps both from drifting (one once forgot ``SIGCONT``).
+stopped by ``SIGSTOP``, and a group that is a context manager whose exit stops everything, also
+after a failure (:class:`Supervised`). One home for that keeps both from drifting.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+from abc import ABC, abstractmethod
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 
 def free_port() -> int:
@@ -46,3 +50,25 @@ def kill(process: subprocess.Popen[bytes] | None, wait_s: float) -> None:
         process.send_signal(signal.SIGCONT)
         process.send_signal(signal.SIGKILL)
         process.wait(wait_s)
+
+
+class Supervised(ABC):
+    """Processes started together and stopped together: ``with group:`` starts them and stops
+    every one on the way out, whether the block ended or raised."""
+
+    @abstractmethod
+    def start(self) -> Self: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()

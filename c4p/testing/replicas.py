@@ -17,14 +17,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 import yaml
 
 from c4p.files import save_fabric
 from c4p.store.etcdclient import EtcdClient, EtcdError
-from c4p.testing.processes import alive, free_port, kill, spawn
+from c4p.testing.processes import Supervised, alive, free_port, kill, spawn
 from topology.model import Fabric
 
 ADMIN_TOKEN = "replica-admin-token-0123456789"
@@ -69,7 +68,7 @@ class ReplicaProcess:
 
 
 @dataclass
-class ReplicaGroup:
+class ReplicaGroup(Supervised):
     """``count`` replicas of one controller (see the module docstring)."""
 
     directory: Path
@@ -156,14 +155,3 @@ class ReplicaGroup:
     def stop(self) -> None:
         for replica in self.replicas:
             replica.kill()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
