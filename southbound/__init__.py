@@ -32,10 +32,10 @@ from southbound.bindings import (
     diff_bindings,
     port_source,
 )
+from southbound.learnedports import LearnedPorts
 from southbound.pathtable import (
     ConfidenceRule,
     Invalidation,
-    LearnedPorts,
     Outcome,
     PathTable,
     PortEntry,

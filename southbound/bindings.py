@@ -10,7 +10,7 @@ a pair that the kernel's formula would not turn into that port.
 :func:`bindings_for_paths` is the one entry point (the CLI's ``c4p plan --bindings`` and the
 controller use it). It takes :class:`~southbound.routes.QpRoute` s and a port source, predicted
 from the hash model (:class:`~southbound.ports.PredictedPorts`) or learned by probing
-(:class:`~southbound.pathtable.LearnedPorts`), and decides per QP:
+(:class:`~southbound.learnedports.LearnedPorts`), and decides per QP:
 
 * **keep**: with ``previous`` bindings, a QP whose path is unchanged keeps its port if that port
   still takes the path, so a re-plan pushes only what moved (and a live QP is not disturbed);
@@ -35,7 +35,8 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from southbound.pathtable import LearnedPorts, PathTable
+from southbound.learnedports import LearnedPorts
+from southbound.pathtable import PathTable
 from southbound.ports import PortRequest, PortSource, PredictedPorts
 from southbound.routes import Middle, QpKey, QpRoute, full_path, middle_stages, nearest_middle
 from topology.base import Frozen

@@ -18,14 +18,17 @@ even when the target lists JSON first, no process-wide environment changes (it s
 ``GRPC_SSL_CIPHER_SUITES`` on a TLS timeout), and a subscription whose failures come back to
 the caller instead of dying in a background thread. Answers are decoded here and parsed by
 :mod:`southbound.openconfig`; a malformed leaf becomes a ``Problem``, never an exception.
+
+**Where.** The subtrees asked for and the decoding of answers are :mod:`southbound.gnmicodec`
+(re-exported here); the streams of :meth:`GnmiSession.watch` are :mod:`southbound.gnmistreams`,
+a mixin the session inherits.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,20 +42,26 @@ from southbound.driver_errors import (
     TargetAuthError,
     TargetConfigError,
     TargetTlsError,
-    TargetUnreachable,
 )
 from southbound.gnmi_errors import rpc_error
+from southbound.gnmicodec import COUNTERS_PATH as COUNTERS_PATH
+from southbound.gnmicodec import ECN_PATH as ECN_PATH
+from southbound.gnmicodec import EXPECTED_MODELS as EXPECTED_MODELS
+from southbound.gnmicodec import INTERFACES_PATH as INTERFACES_PATH
+from southbound.gnmicodec import LLDP_NEIGHBORS_PATH as LLDP_NEIGHBORS_PATH
+from southbound.gnmicodec import LLDP_PATH as LLDP_PATH
+from southbound.gnmicodec import OPER_STATUS_PATH as OPER_STATUS_PATH
+from southbound.gnmicodec import QOS_PATH as QOS_PATH
+from southbound.gnmicodec import SYSTEM_PATH as SYSTEM_PATH
+from southbound.gnmicodec import Capabilities as Capabilities
+from southbound.gnmicodec import decode_value as decode_value
+from southbound.gnmicodec import elems_of as elems_of
+from southbound.gnmistreams import GnmiStreams
 from southbound.observed import (
-    CounterSample,
     InterfaceCounters,
-    LldpChanged,
-    Observed,
-    OperChange,
     Problem,
     Protocol,
-    StreamSynced,
     SwitchObservation,
-    WatchUpdate,
 )
 from southbound.oc_tree import OcTree, PathElem, TreeError, path_text
 from southbound.openconfig import (
@@ -61,52 +70,8 @@ from southbound.openconfig import (
     interfaces_of,
     lldp_chassis_of,
     neighbors_of,
-    streamed_leaves,
 )
 from southbound.targets import TargetConfig, TlsConfig, TlsMode
-
-INTERFACES_PATH = "/interfaces"
-LLDP_PATH = "/lldp"
-SYSTEM_PATH = "/system/state"
-QOS_PATH = "/qos/interfaces"
-OPER_STATUS_PATH = "/interfaces/interface/state/oper-status"
-COUNTERS_PATH = "/interfaces/interface/state/counters"
-ECN_PATH = "/qos/interfaces/interface/output/queues/queue/state/ecn-marked-pkts"
-LLDP_NEIGHBORS_PATH = "/lldp/interfaces/interface/neighbors"
-EXPECTED_MODELS = ("openconfig-interfaces", "openconfig-lldp")
-
-
-class Capabilities(Observed):
-    """What a target said it supports."""
-
-    encodings: tuple[str, ...]
-    models: tuple[str, ...]
-    version: str
-
-    @property
-    def has_qos(self) -> bool:
-        return "openconfig-qos" in self.models
-
-
-def elems_of(path: Any) -> list[PathElem]:
-    """A gNMI ``Path`` message as ``[(name, keys), ...]``."""
-    return [(str(e.name), dict(e.key)) for e in path.elem]
-
-
-def decode_value(value: Any) -> Any:
-    """A ``TypedValue`` as Python data; JSON that does not parse raises ``ValueError``."""
-    kind = value.WhichOneof("value")
-    if kind in ("json_ietf_val", "json_val"):
-        raw = getattr(value, kind)
-        try:
-            return json.loads(raw.decode("utf-8")) if raw else None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{kind} is not JSON: {exc}") from None
-    if kind in ("string_val", "int_val", "uint_val", "bool_val", "double_val", "float_val"):
-        return getattr(value, kind)
-    if kind is None:
-        raise ValueError("the update has no value")
-    raise ValueError(f"encoding {kind} is not JSON_IETF")
 
 
 def _read(path: Path | None, target: str, what: str) -> bytes | None:
@@ -128,7 +93,7 @@ def _channel_credentials(tls: TlsConfig, target: str) -> Any:
     )
 
 
-class GnmiSession:
+class GnmiSession(GnmiStreams):
     """One gNMI session to one target. Thread-safe for ``cancel``; otherwise one user."""
 
     def __init__(self, config: TargetConfig, *, wall: Callable[[], float] = time.time) -> None:
@@ -333,233 +298,6 @@ class GnmiSession:
         )
 
     # -- staying current --------------------------------------------------------------------
-
-    def subscriptions(self) -> list[Any]:
-        """The SubscribeRequests: ON_CHANGE oper-status alone (few, urgent) and, on a stream
-        of its own, SAMPLE counters and ECN marks (many, bulk), so that a backlog of samples
-        never holds a status change back (head-of-line blocking)."""
-        opts = self.config.gnmi
-        interval = int(opts.sample_interval_s * 1e9)
-        status = gnmi_pb2.Subscription(
-            path=self._path(OPER_STATUS_PATH),
-            mode=gnmi_pb2.SubscriptionMode.Value("ON_CHANGE"),
-            # Without counters the status stream doubles as the liveness heartbeat.
-            heartbeat_interval=0 if opts.counters else interval,
-        )
-        groups = [[status]]
-        if opts.counters:
-            paths = [COUNTERS_PATH]
-            if opts.ecn and self.capabilities is not None and self.capabilities.has_qos:
-                paths.append(ECN_PATH)
-            sample = gnmi_pb2.SubscriptionMode.Value("SAMPLE")
-            groups.append(
-                [
-                    gnmi_pb2.Subscription(path=self._path(p), mode=sample, sample_interval=interval)
-                    for p in paths
-                ]
-            )
-        return [
-            gnmi_pb2.SubscribeRequest(
-                subscribe=gnmi_pb2.SubscriptionList(
-                    prefix=self._prefix(),
-                    mode=gnmi_pb2.SubscriptionList.Mode.Value("STREAM"),
-                    encoding=gnmi_pb2.Encoding.Value(self.encoding),
-                    subscription=subs,
-                )
-            )
-            for subs in groups
-        ]
-
-    def _requests(self, first: Any) -> Iterator[Any]:
-        yield first
-        # Keep our half of the stream open (some targets end a stream on half-close).
-        self._release.wait()
-
-    def watch(self, on_update: Callable[[WatchUpdate], None]) -> None:
-        """Stream updates to ``on_update`` until :meth:`cancel`; a broken stream raises
-        :class:`TargetUnreachable` (or :class:`TargetAuthError`). The sample stream is read
-        by a helper thread, so ``on_update`` is called from two threads."""
-        if self.capabilities is None:
-            self.open()
-        if self._cancelled.is_set():
-            return
-        calls = [
-            self._stub.Subscribe(self._requests(r), metadata=self._metadata)
-            for r in self.subscriptions()
-        ]
-        lldp = self.lldp_subscription()
-        optional = (
-            [self._stub.Subscribe(self._requests(lldp), metadata=self._metadata)] if lldp else []
-        )
-        with self._lock:
-            self._calls = calls + optional
-        if self._cancelled.is_set():  # cancel() ran before the calls were registered
-            for call in calls:
-                call.cancel()
-        self.last_message_at = time.monotonic()
-        failures: list[Exception] = []
-        helpers = [
-            threading.Thread(
-                target=self._pump,
-                args=(call, on_update, failures, False),
-                name=f"c4p-gnmi-samples-{self.name}",
-                daemon=True,
-            )
-            for call in calls[1:]
-        ] + [
-            threading.Thread(
-                target=self._pump_lldp,
-                args=(call, on_update),
-                name=f"c4p-gnmi-lldp-{self.name}",
-                daemon=True,
-            )
-            for call in optional
-        ]
-        for helper in helpers:
-            helper.start()
-        try:
-            self._pump(calls[0], on_update, failures, True)
-        finally:
-            self._release.set()
-            for call in calls + optional:
-                call.cancel()
-            for helper in helpers:
-                helper.join(5)
-            with self._lock:
-                self._calls = []
-        if self._cancelled.is_set():
-            return
-        if failures:
-            raise failures[0]
-        raise TargetUnreachable("the target ended the Subscribe stream", target=self.name)
-
-    def lldp_subscription(self) -> Any:
-        """ON_CHANGE on the LLDP neighbour tables, where the target lists openconfig-lldp and
-        the targets file does not turn it off: a recabled port is then re-read at once
-        instead of at the next periodic refresh. ``None`` when not asked for."""
-        caps = self.capabilities
-        if not self.config.gnmi.lldp_on_change or caps is None:
-            return None
-        if caps.models and "openconfig-lldp" not in caps.models:
-            return None
-        return gnmi_pb2.SubscribeRequest(
-            subscribe=gnmi_pb2.SubscriptionList(
-                prefix=self._prefix(),
-                mode=gnmi_pb2.SubscriptionList.Mode.Value("STREAM"),
-                encoding=gnmi_pb2.Encoding.Value(self.encoding),
-                subscription=[
-                    gnmi_pb2.Subscription(
-                        path=self._path(LLDP_NEIGHBORS_PATH),
-                        mode=gnmi_pb2.SubscriptionMode.Value("ON_CHANGE"),
-                    )
-                ],
-            )
-        )
-
-    def _pump_lldp(self, call: Any, on_update: Callable[[WatchUpdate], None]) -> None:
-        """Read the optional LLDP stream: after its initial sync, any update means the
-        wiring may have changed. A target that refuses it costs only this stream (a problem,
-        then the periodic refresh); it never ends the status and sample streams.
-
-        The sync itself also asks for one re-read: the wiring was read before this stream
-        was subscribed, and a port recabled in between shows only in the stream's initial
-        state, which is not compared with that read (a recabling right after the status
-        stream synced was missed until the hourly refresh: once in a clean-clone CI run of
-        ``test_rediscovery``; ``test_a_recabling_before_the_lldp_stream_syncs_is_reread``
-        makes it happen every time)."""
-        synced = False
-        try:
-            for response in call:
-                if response.HasField("sync_response"):
-                    if not synced:
-                        on_update(LldpChanged(target=self.name, at=self._wall()))
-                    synced = True
-                elif synced and response.HasField("update"):
-                    on_update(LldpChanged(target=self.name, at=self._wall()))
-        except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            if not self._cancelled.is_set() and code is not grpc.StatusCode.CANCELLED:
-                details = exc.details() if hasattr(exc, "details") else str(exc)
-                on_update(
-                    Problem(
-                        target=self.name,
-                        path=f"{LLDP_NEIGHBORS_PATH} (ON_CHANGE)",
-                        reason=f"not offered ({details}); LLDP is re-read on the periodic "
-                        "refresh only",
-                    )
-                )
-        except Exception:  # a consumer's error: the main streams report their own
-            return
-
-    def _pump(
-        self,
-        call: Any,
-        on_update: Callable[[WatchUpdate], None],
-        failures: list[Exception],
-        report_sync: bool,
-    ) -> None:
-        """Read one stream until it ends; the first failure of any stream ends them all."""
-        try:
-            for response in call:
-                self.last_message_at = time.monotonic()
-                if response.HasField("sync_response"):
-                    if report_sync:
-                        on_update(StreamSynced(target=self.name, at=self._wall()))
-                elif response.HasField("update"):
-                    for update in self.updates_of(response.update):
-                        on_update(update)
-        except grpc.RpcError as exc:
-            if not self._cancelled.is_set() and not failures:
-                failures.append(self._error("Subscribe", exc, 0.0))
-        except Exception as exc:  # a consumer's error must not die silently in a thread
-            if not failures:
-                failures.append(
-                    TargetUnreachable(f"update handling failed: {exc!r}", target=self.name)
-                )
-        finally:
-            with self._lock:
-                calls = list(self._calls)
-            for other in calls:
-                other.cancel()
-
-    def updates_of(self, notification: Any) -> list[WatchUpdate]:
-        """One streamed notification as oper-status changes, counter samples and problems."""
-        at = notification.timestamp / 1e9 if notification.timestamp else self._wall()
-        prefix = elems_of(notification.prefix)
-        out: list[WatchUpdate] = []
-        pairs = []
-        for update in notification.update:
-            elems = prefix + elems_of(update.path)
-            try:
-                pairs.append((elems, decode_value(update.val)))
-            except ValueError as exc:
-                out.append(Problem(target=self.name, path=path_text(elems), reason=str(exc)))
-        fast, rest = streamed_leaves(self.name, at, pairs)
-        out.extend(fast)
-        if not rest:
-            return out
-        tree = OcTree()
-        for elems, value in rest:
-            try:
-                tree.add(elems, value)
-            except TreeError as exc:
-                out.append(Problem(target=self.name, path=path_text(elems), reason=str(exc)))
-        states, counters, bad = interfaces_of(tree, self.name)
-        marks, bad_ecn = ecn_marks_of(tree, self.name)
-        out.extend(bad + bad_ecn)
-        for state in states:
-            out.append(
-                OperChange(
-                    target=self.name, interface=state.name, oper_status=state.oper_status, at=at
-                )
-            )
-        for name, value in marks.items():
-            counters[name] = counters.get(name, InterfaceCounters()).model_copy(
-                update={"ecn_marked": value}
-            )
-        for name, sample in counters.items():
-            out.append(CounterSample(target=self.name, interface=name, counters=sample, at=at))
-        return out
 
 
 class GnmiDriver:

@@ -39,6 +39,10 @@ invalidation then clears it). A stale entry that answers differently has *moved*
 the groups of the old and new topology snapshots through a reverse index ``group -> leaf pairs``
 (ONOS-style), marks only those entries stale and names the keys whose set of paths may have
 changed, for ``ProbePlanner.reprobe``.
+
+**Where.** The table's vocabulary (keys, scope, entries, outcomes, the confidence rule,
+invalidations) is :mod:`southbound.pathentries`, re-exported here; binding's view of a table (the
+learned port source) is :mod:`southbound.learnedports`.
 """
 
 from __future__ import annotations
@@ -46,95 +50,21 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
 
-from southbound.ports import PORT_ORDER, PortRequest, port_rank
+from southbound.pathentries import ConfidenceRule as ConfidenceRule
+from southbound.pathentries import Invalidation as Invalidation
+from southbound.pathentries import Outcome as Outcome
+from southbound.pathentries import PortEntry as PortEntry
+from southbound.pathentries import Scope as Scope
+from southbound.pathentries import TableKey as TableKey
+from southbound.pathentries import _KeyState
+from southbound.ports import PORT_ORDER, port_rank
 from southbound.probing import AddressBook, Trace
 from southbound.routes import GroupKey, Middle, full_path, middle_of
 from topology.errors import PathError
 from topology.index import FabricIndex
 from topology.model import Fabric
 from topology.roce import SPORT_COUNT
-
-TableKey = tuple[int, int]
-"""``(source NIC port, destination NIC port)`` or ``(source leaf, destination leaf)`` nodes."""
-
-
-class Scope(StrEnum):
-    """What one set of table entries is shared by (see the module docstring)."""
-
-    PAIR = "pair"
-    LEAF_PAIR = "leaf-pair"
-
-
-class Outcome(StrEnum):
-    """What recording one trace did."""
-
-    NEW = "new"
-    AGREED = "agreed"
-    CHANGED = "changed"
-    UNSTABLE = "unstable"
-    INCOMPLETE = "incomplete"
-    UNEXPECTED = "unexpected"
-    BLACK_HOLE = "black-hole"
-    UNKNOWN_ENDPOINT = "unknown-endpoint"
-
-
-@dataclass(frozen=True, slots=True)
-class ConfidenceRule:
-    """How much agreement an entry and a path need (see the module docstring)."""
-
-    probes_per_port: int = 2
-    ports_per_path: int = 1
-    spacing_s: float = 0.05
-    """Seconds between two probes of a port for both to count (the later one from another
-    socket, in another batch)."""
-
-    def __post_init__(self) -> None:
-        if self.probes_per_port < 1 or self.ports_per_path < 1:
-            raise ValueError(f"confidence rule needs counts >= 1, got {self}")
-        if not 0 <= self.spacing_s <= 60:
-            raise ValueError(f"spacing_s: {self.spacing_s} is not within 0..60 seconds")
-
-
-@dataclass(slots=True)
-class PortEntry:
-    """What the table knows of one source port of one key."""
-
-    middle: Middle
-    agreeing: int = 1
-    stale: bool = False
-    changes: int = 0
-    unstable: Middle | None = None
-    """The other path a probe saw while the entry was live: the entry is *unstable*."""
-    probes: int = 0
-    """Traces recorded for this port (agreements too close together included)."""
-    at: float = float("-inf")
-    """When the last counted observation was recorded (the table's clock)."""
-
-
-@dataclass(frozen=True)
-class Invalidation:
-    """What a topology change did to a table: the groups that changed, the entries made stale
-    (``(key, sport)``) and the keys whose paths may have changed (to re-probe and re-cover)."""
-
-    changed_groups: tuple[GroupKey, ...]
-    stale: tuple[tuple[TableKey, int], ...]
-    keys: tuple[TableKey, ...]
-
-
-@dataclass(slots=True)
-class _KeyState:
-    """Entries of one key, with counts kept up to date so that a planning round costs
-    O(paths + untrusted entries), not O(entries)."""
-
-    entries: dict[int, PortEntry] = field(default_factory=dict)
-    by_middle: dict[Middle, set[int]] = field(default_factory=dict)
-    trusted: Counter[Middle] = field(default_factory=Counter)
-    pending: set[int] = field(default_factory=set)  # neither trusted nor stale nor unstable
-    unstable: set[int] = field(default_factory=set)
-    cursor: int = 0
 
 
 class PathTable:
@@ -625,33 +555,3 @@ class PathTable:
             out.add((src, leaves[1], descending))
             descending = descending or bool(index.tier[index.res_dst[res]] < index.tier[src])
         return out
-
-
-class LearnedPorts:
-    """The :class:`~southbound.ports.PortSource` answered by a :class:`PathTable`."""
-
-    mode = "learned"
-
-    def __init__(self, table: PathTable) -> None:
-        self.table = table
-
-    def find(self, requests: Sequence[PortRequest]) -> list[tuple[int, ...]]:
-        out = []
-        for r in requests:
-            key = self.table.key_of(r.src, r.dst)
-            ports = self.table.ports_of_middle(key, r.middle, r.count + len(r.exclude))
-            out.append(tuple(p for p in ports if p not in r.exclude)[: r.count])
-        return out
-
-    def alternatives(self, src: int, dst: int) -> dict[Middle, tuple[int, ...]]:
-        key = self.table.key_of(src, dst)
-        found = {m: self.table.ports_of_middle(key, m, 64) for m in sorted(self.table.middles(key))}
-        return {m: ports for m, ports in found.items() if ports}
-
-    def middles_of(
-        self, src: Sequence[int], dst: Sequence[int], sports: Sequence[int]
-    ) -> list[Middle | None]:
-        return [
-            self.table.middle_of_port(self.table.key_of(s, d), p)
-            for s, d, p in zip(src, dst, sports, strict=True)
-        ]

@@ -20,6 +20,7 @@ from typing import Any
 
 from c4p.agent.config import AgentConfig
 from c4p.agent.daemon import AgentDaemon
+from c4p.testing.agents import host_agent_config
 from c4p.testing.network import hidden_hash_network
 from southbound.probing import HopReply, ModeledProber, Probe, Prober, Trace
 from topology.model import Fabric
@@ -43,22 +44,14 @@ def agent_config(
 ) -> AgentConfig:
     """An agent of ``host`` holding every NIC port the fabric gives it (no OS check: the
     addresses are the fabric's, not configured on this machine)."""
-    if ports is None:
-        ports = [
-            {"port": f"{host}:{p.port.name}", "interface": "lo", "address": str(p.port.address)}
-            for p in fabric.index.ports
-            if p.host.name == host
-        ]
-    return AgentConfig.model_validate(
-        {
-            "host": host,
-            "controllers": [endpoint],
-            "token": {"value": token},
-            "ports": ports,
-            "probing": probing or {},
-            "reconnect": {"initial_s": 0.05, "max_s": 0.5},
-            "check_os": False,
-        }
+    return host_agent_config(
+        fabric,
+        host,
+        endpoint,
+        token,
+        probing=probing,
+        ports=ports,
+        reconnect={"initial_s": 0.05, "max_s": 0.5},
     )
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from planning_cases import TWO_TIER_FABRICS, flow_sets, switch_links
 
 from solver.bounds.combinatorial import combinatorial_bounds
-from solver.space import problem as problem_module
+from solver.space import labels as space_module
 from solver.space.problem import Problem, build_problem, propagate
 from solver.workload.flows import Flow
 from topology.generators import DualPlaneParams, dual_plane
@@ -85,10 +85,10 @@ def test_rows_that_collide_in_their_hash_are_still_grouped_exactly(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rows = np.array([[1, 2], [3, 4], [1, 2], [2, 1], [3, 4], [1, -1]])
-    first, group = problem_module._same_rows(rows)
+    first, group = space_module._same_rows(rows)
     assert np.array_equal(rows[first[group]], rows)
     assert len(first) == 4
-    monkeypatch.setattr(problem_module, "_row_keys", lambda r: np.zeros(len(r), np.uint64))
-    first, group = problem_module._same_rows(rows)  # every hash equal: rows compared whole
+    monkeypatch.setattr(space_module, "_row_keys", lambda r: np.zeros(len(r), np.uint64))
+    first, group = space_module._same_rows(rows)  # every hash equal: rows compared whole
     assert np.array_equal(rows[first[group]], rows)
     assert len(first) == 4

@@ -12,7 +12,7 @@ import pytest
 from planning_cases import SMALL_FAT_TREE, SMALL_TWO_TIER, make_flows, ports, switch_links
 
 from solver.errors import PlanError
-from solver.space import problem as problem_module
+from solver.space import tabulate as space_module
 from solver.space.problem import build_problem
 from solver.workload.flows import Flow
 from topology.generators import LeafSpineParams, leaf_spine
@@ -42,10 +42,10 @@ def _built_ends(fabric: Fabric, flows: tuple[Flow, ...]) -> tuple[list[int], lis
 
 def test_the_same_flows_on_snapshots_of_one_cabling_share_their_ends() -> None:
     flows = _flows(SMALL_TWO_TIER, 12, 3)
-    first = problem_module._endpoints(flows, SMALL_TWO_TIER.index.node_of)
+    first = space_module._endpoints(flows, SMALL_TWO_TIER.index.node_of)
     snapshot = SMALL_TWO_TIER.with_link_status({switch_links(SMALL_TWO_TIER)[0]: LinkStatus.DOWN})
     assert snapshot.index.node_of is SMALL_TWO_TIER.index.node_of  # one numbering
-    assert problem_module._endpoints(flows, snapshot.index.node_of) is first
+    assert space_module._endpoints(flows, snapshot.index.node_of) is first
     assert _built_ends(snapshot, flows) == _ends(snapshot, flows)
     ids, unique, src, dst = first
     assert ids == tuple(f.id for f in flows) and unique
@@ -55,14 +55,14 @@ def test_the_same_flows_on_snapshots_of_one_cabling_share_their_ends() -> None:
 
 def test_another_fabric_or_a_list_is_worked_out_again() -> None:
     flows = _flows(SMALL_TWO_TIER, 8, 1)
-    on_two = problem_module._endpoints(flows, SMALL_TWO_TIER.index.node_of)
+    on_two = space_module._endpoints(flows, SMALL_TWO_TIER.index.node_of)
     tree_flows = _flows(SMALL_FAT_TREE, 8, 1)
-    assert problem_module._endpoints(tree_flows, SMALL_FAT_TREE.index.node_of) is not on_two
+    assert space_module._endpoints(tree_flows, SMALL_FAT_TREE.index.node_of) is not on_two
     assert _built_ends(SMALL_FAT_TREE, tree_flows) == _ends(SMALL_FAT_TREE, tree_flows)
     as_list = list(flows)
-    assert problem_module._endpoints(as_list, SMALL_TWO_TIER.index.node_of) is not on_two
-    assert problem_module._endpoints(as_list, SMALL_TWO_TIER.index.node_of) is not (
-        problem_module._endpoints(as_list, SMALL_TWO_TIER.index.node_of)
+    assert space_module._endpoints(as_list, SMALL_TWO_TIER.index.node_of) is not on_two
+    assert space_module._endpoints(as_list, SMALL_TWO_TIER.index.node_of) is not (
+        space_module._endpoints(as_list, SMALL_TWO_TIER.index.node_of)
     )
 
 

@@ -22,7 +22,8 @@ from planning_cases import assert_valid, make_flows, ports, switch_links
 from solver.exact.fattree import analyse
 from solver.exact.treecounts import Counts, _row_ints
 from solver.planner import plan
-from solver.repair.treemoves import _relieve, repair_tree
+from solver.repair.treechains import _relieve
+from solver.repair.treemoves import repair_tree
 from solver.workload.flows import Flow
 from topology.generators import FatTreeParams, fat_tree
 from topology.model import Fabric, LinkStatus
@@ -272,14 +273,14 @@ def test_returning_moved_flows_in_pairs_and_triples_moves_fewer_than_one_at_a_ti
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Where no moved flow's return pays on its own, two or three returned together can
-    (solver.repair.treemoves._send_back_groups): on this lost core the send-back with groups moves
+    (solver.repair.treereturn._send_back_groups): on this lost core the send-back with groups moves
     fewer than with single returns only, over usable paths within the optimum, and no fewer
     than CP-SAT's minimum."""
-    from solver.repair import treemoves
+    from solver.repair import treereturn
 
     least, fresh, sent_back, moved = _lost_core_send_back(16)
     with_groups = moved(*sent_back())
-    monkeypatch.setattr(treemoves, "GROUP_FLOWS", 0)
+    monkeypatch.setattr(treereturn, "GROUP_FLOWS", 0)
     singles = moved(*sent_back())
     # when written: the colouring moves 33, single returns leave 9, groups 7
     assert least <= with_groups < singles < fresh
@@ -519,14 +520,15 @@ def test_the_16k_light_uplink_replan_is_within_ten_percent_of_its_proven_minimum
     from solver.bounds.treefewest import previous_options, tree_moves_bound
     from solver.bounds.treewithin import fewest_within
     from solver.planner import flow_weights
-    from solver.repair import degraded, treemoves
+    from solver.repair import degraded, treemoves, treereturn
     from solver.space.incremental import match_previous
     from solver.space.problem import build_problem
     from solver.workload.patterns import derive_workload
     from topology.generators import sized_for_gpus
 
-    for name in ("REPAIR_SECONDS", "MORE_ORDERS_SECONDS", "GROUP_SECONDS"):
+    for name in ("REPAIR_SECONDS", "MORE_ORDERS_SECONDS"):
         monkeypatch.setattr(treemoves, name, 60.0)
+    monkeypatch.setattr(treereturn, "GROUP_SECONDS", 60.0)
     monkeypatch.setattr(degraded, "SEND_BACK_SECONDS", 60.0)
     fabric = sized_for_gpus("fat-tree", 16384)
     workload = derive_workload(fabric, permutation_jobs(2)(fabric))

@@ -28,6 +28,7 @@ from c4p.agent.config import AgentConfig
 from c4p.agent.daemon import AgentDaemon
 from c4p.client import AdminClient, FlowIntentClient, communicator
 from c4p.service.embedded import EmbeddedService, embedded_config
+from c4p.testing.agents import host_agent_config
 from c4p.testing.network import hidden_hash_network, realized_path
 from southbound.probing import ModeledProber
 from topology.generators import generate
@@ -37,21 +38,8 @@ TOKEN = "bench-agent-token-0123456789"
 
 
 def _agent(fabric: Fabric, host: str, endpoint: str, rate: float) -> AgentConfig:
-    ports = [
-        {"port": f"{host}:{p.port.name}", "interface": "lo", "address": str(p.port.address)}
-        for p in fabric.index.ports
-        if p.host.name == host
-    ]
-    return AgentConfig.model_validate(
-        {
-            "host": host,
-            "controllers": [endpoint],
-            "token": {"value": TOKEN},
-            "ports": ports,
-            "check_os": False,
-            "probing": {"max_probes_per_s": rate, "burst": max(1, int(rate / 4))},
-        }
-    )
+    probing = {"max_probes_per_s": rate, "burst": max(1, int(rate / 4))}
+    return host_agent_config(fabric, host, endpoint, TOKEN, probing=probing)
 
 
 def run_mode(

@@ -4,14 +4,19 @@ Why one place: the probe session (``AgentService.Connect``) and the binding stre
 (``FlowIntentService.WatchBindings``, one per job) talk to the same controller with the same
 credentials of the transport; building their channels in one function keeps the two halves of an
 agent from drifting apart (another CA, other keepalives). Endpoints are tried in the configured
-order by both: :func:`next_endpoint` is that order.
+order by both: :func:`next_endpoint` is that order. The list and its channels, one per address,
+are the client's :class:`~c4p.client.endpoints.Endpoints` (:func:`controller_endpoints`): one
+home for how a controller list is parsed and its channels kept, agent and clients alike.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import grpc
 
 from c4p.agent.config import AgentConfig
+from c4p.client.endpoints import Endpoints
 
 
 def channel_for(config: AgentConfig, endpoint: str) -> grpc.aio.Channel:
@@ -38,3 +43,8 @@ def channel_for(config: AgentConfig, endpoint: str) -> grpc.aio.Channel:
 def next_endpoint(config: AgentConfig, attempt: int) -> str:
     """The endpoint of the ``attempt``-th try: the list in order, round and round."""
     return config.controllers[attempt % len(config.controllers)]
+
+
+def controller_endpoints(config: AgentConfig) -> Endpoints[grpc.aio.Channel]:
+    """The configured controllers, each dialled once with :func:`channel_for`."""
+    return Endpoints(config.controllers, partial(channel_for, config))

@@ -31,7 +31,7 @@ from pathlib import Path
 import grpc
 
 from c4p.agent.config import AgentConfig
-from c4p.agent.dial import channel_for, next_endpoint
+from c4p.agent.dial import controller_endpoints, next_endpoint
 from c4p.agent.local_config import BindingsSection
 from c4p.agent.wire import BindingSet, Code, Kind, LocalBinding, QpKey, WireError
 from c4p.api.v1 import flow_intent_pb2 as fi
@@ -178,14 +178,11 @@ class JobBook:
         self.dir = self.settings.state_dir / "jobs"
         self.views: dict[str, JobView] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self.channels: dict[str, grpc.aio.Channel] = {}
+        self.endpoints = controller_endpoints(config)
 
     def _watch(self, endpoint: str) -> grpc.aio.UnaryStreamMultiCallable:
         """``WatchBindings`` on ``endpoint``; one channel per endpoint, shared by the jobs."""
-        channel = self.channels.get(endpoint)
-        if channel is None:
-            channel = self.channels[endpoint] = channel_for(self.config, endpoint)
-        return channel.unary_stream(
+        return self.endpoints.channel(endpoint).unary_stream(
             FLOW + "WatchBindings",
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=fi.BindingUpdate.FromString,
@@ -291,5 +288,6 @@ class JobBook:
     async def close(self) -> None:
         for view in list(self.views.values()):
             await self._end(view)
-        for channel in self.channels.values():
+        for channel in self.endpoints.channels():
             await channel.close()
+        self.endpoints.forget()

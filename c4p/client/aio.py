@@ -10,19 +10,17 @@ job is released, a non-retryable error occurs, or ``stop`` is set.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Self, TypeVar
 
 import grpc
 
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
-from c4p.client.endpoints import Endpoints
+from c4p.client.endpoints import Endpoints, Method
 from c4p.client.mirror import BindingChange, BindingMirror, OnChange, control_mode_name
-from c4p.client.wire import FLOW, ApiError, ClientTls, auth, secure_aio_channel
-from c4p.client.wire import control_mode as control_mode_pb
+from c4p.client.wire import FLOW, ApiError, ClientTls, auth, register_request, secure_aio_channel
 from topology.backoff import Backoff
 
 R = TypeVar("R")
@@ -49,37 +47,6 @@ async def retrying(
     raise AssertionError("unreachable")
 
 
-def _unary(channel: grpc.aio.Channel, path: str, response: Any) -> Any:
-    return channel.unary_unary(
-        path,
-        request_serializer=lambda m: m.SerializeToString(),
-        response_deserializer=response.FromString,
-    )
-
-
-class _Method:
-    """A call on whichever endpoint is current (see :class:`c4p.client.endpoints.Endpoints`)."""
-
-    def __init__(
-        self,
-        endpoints: Endpoints[grpc.aio.Channel],
-        path: str,
-        response: Any,
-        stream: bool = False,
-    ) -> None:
-        self.endpoints, self.path, self.response, self.stream = endpoints, path, response, stream
-
-    def __call__(self, request: Any, **options: Any) -> Any:
-        channel = self.endpoints.channel()
-        if self.stream:
-            return channel.unary_stream(
-                self.path,
-                request_serializer=lambda m: m.SerializeToString(),
-                response_deserializer=self.response.FromString,
-            )(request, **options)
-        return _unary(channel, self.path, self.response)(request, **options)
-
-
 class AsyncFlowIntentClient:
     """An asyncio connection to the controller's FlowIntentService; ``target`` is one
     ``host:port`` or the replicas of a highly available controller (as the sync client)."""
@@ -104,10 +71,10 @@ class AsyncFlowIntentClient:
             not self.endpoints.several if wait_for_ready is None else wait_for_ready
         )
         e = self.endpoints
-        self._register = _Method(e, FLOW + "RegisterJob", fi.RegisterJobResponse)
-        self._submit = _Method(e, FLOW + "SubmitIntents", fi.SubmitIntentsResponse)
-        self._release = _Method(e, FLOW + "ReleaseJob", fi.ReleaseJobResponse)
-        self._watch = _Method(e, FLOW + "WatchBindings", fi.BindingUpdate, stream=True)
+        self._register = Method(e, FLOW + "RegisterJob", fi.RegisterJobResponse)
+        self._submit = Method(e, FLOW + "SubmitIntents", fi.SubmitIntentsResponse)
+        self._release = Method(e, FLOW + "ReleaseJob", fi.ReleaseJobResponse)
+        self._watch = Method(e, FLOW + "WatchBindings", fi.BindingUpdate, stream=True)
 
     async def register_job(
         self,
@@ -120,15 +87,7 @@ class AsyncFlowIntentClient:
         request_id: str | None = None,
         control_mode: str | None = None,
     ) -> AsyncJobSession:
-        request = fi.RegisterJobRequest(
-            job_id=job_id,
-            tenant=tenant,
-            priority=priority,
-            hosts=list(hosts),
-            ranks=[pb.RankPlacement(rank=r, host=h, nic=n) for r, h, n in ranks],
-            request_id=request_id or uuid.uuid4().hex,
-            control_mode=control_mode_pb(control_mode),
-        )
+        request = register_request(job_id, hosts, ranks, tenant, priority, request_id, control_mode)
         metadata = auth(self.register_token)
         reply: fi.RegisterJobResponse = await retrying(
             lambda: self._register(

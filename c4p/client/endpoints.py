@@ -10,14 +10,16 @@ This is the seam every client uses (the sync and asyncio flow-intent clients, th
 and the host agent): :meth:`Endpoints.follow` is the one rule, the channels are cached per
 address, and it is thread-safe (:attr:`ApiError.leader` reads the metadata). The leader a
 follower names need not be in the list (a replica may advertise an address the operator did not
-write down); it is added.
+write down); it is added. :class:`Method` is the call made on the current endpoint, one class for
+the sync and asyncio channels alike (their ``unary_unary``/``unary_stream`` take the same
+arguments), so the two clients cannot drift in how they address the leader.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import grpc
 
@@ -56,9 +58,10 @@ class Endpoints(Generic[C]):
         with self._lock:
             return self.targets[self._index]
 
-    def channel(self) -> C:
+    def channel(self, target: str | None = None) -> C:
+        """The channel to ``target`` (default: the current endpoint), made once per address."""
         with self._lock:
-            target = self.targets[self._index]
+            target = self.targets[self._index] if target is None else target
             channel = self._channels.get(target)
             if channel is None:
                 channel = self._channels[target] = self._dial(target)
@@ -89,3 +92,22 @@ class Endpoints(Generic[C]):
     def forget(self) -> None:
         with self._lock:
             self._channels.clear()
+
+
+class Method(Generic[C]):
+    """A unary (or server-streaming) method called on whichever endpoint is current; ``C`` is a
+    sync ``grpc.Channel`` or a ``grpc.aio.Channel`` (both build multi-callables alike)."""
+
+    def __init__(
+        self, endpoints: Endpoints[C], path: str, response: Any, stream: bool = False
+    ) -> None:
+        self.endpoints, self.path, self.response, self.stream = endpoints, path, response, stream
+
+    def __call__(self, request: Any, **options: Any) -> Any:
+        channel: Any = self.endpoints.channel()
+        make = channel.unary_stream if self.stream else channel.unary_unary
+        return make(
+            self.path,
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=self.response.FromString,
+        )(request, **options)

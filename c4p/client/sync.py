@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -28,40 +27,13 @@ import grpc
 from c4p.api.v1 import admin_pb2 as admin
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
-from c4p.client.endpoints import Endpoints
+from c4p.client.endpoints import Endpoints, Method
 from c4p.client.mirror import BindingMirror, OnChange, control_mode_name
-from c4p.client.wire import ADMIN, FLOW, ApiError, ClientTls, auth, secure_channel
+from c4p.client.wire import ADMIN, FLOW, ApiError, ClientTls, auth, register_request, secure_channel
 from c4p.client.wire import control_mode as control_mode_pb
 from topology.backoff import Backoff
 
 R = TypeVar("R")
-
-
-def _unary(channel: grpc.Channel, path: str, response: Any) -> Any:
-    return channel.unary_unary(
-        path,
-        request_serializer=lambda m: m.SerializeToString(),
-        response_deserializer=response.FromString,
-    )
-
-
-class _Method:
-    """A unary (or server-streaming) method called on whichever endpoint is current."""
-
-    def __init__(
-        self, endpoints: Endpoints[grpc.Channel], path: str, response: Any, stream: bool = False
-    ) -> None:
-        self.endpoints, self.path, self.response, self.stream = endpoints, path, response, stream
-
-    def __call__(self, request: Any, **options: Any) -> Any:
-        channel = self.endpoints.channel()
-        if self.stream:
-            return channel.unary_stream(
-                self.path,
-                request_serializer=lambda m: m.SerializeToString(),
-                response_deserializer=self.response.FromString,
-            )(request, **options)
-        return _unary(channel, self.path, self.response)(request, **options)
 
 
 def retrying(
@@ -122,10 +94,10 @@ class FlowIntentClient:
             not self.endpoints.several if wait_for_ready is None else wait_for_ready
         )
         e = self.endpoints
-        self._register = _Method(e, FLOW + "RegisterJob", fi.RegisterJobResponse)
-        self._submit = _Method(e, FLOW + "SubmitIntents", fi.SubmitIntentsResponse)
-        self._release = _Method(e, FLOW + "ReleaseJob", fi.ReleaseJobResponse)
-        self._watch = _Method(e, FLOW + "WatchBindings", fi.BindingUpdate, stream=True)
+        self._register = Method(e, FLOW + "RegisterJob", fi.RegisterJobResponse)
+        self._submit = Method(e, FLOW + "SubmitIntents", fi.SubmitIntentsResponse)
+        self._release = Method(e, FLOW + "ReleaseJob", fi.ReleaseJobResponse)
+        self._watch = Method(e, FLOW + "WatchBindings", fi.BindingUpdate, stream=True)
 
     def register_job(
         self,
@@ -139,15 +111,7 @@ class FlowIntentClient:
         control_mode: str | None = None,
     ) -> JobSession:
         """Register a job by hosts (every NIC a rank) or by (rank, host, nic) triples."""
-        request = fi.RegisterJobRequest(
-            job_id=job_id,
-            tenant=tenant,
-            priority=priority,
-            hosts=list(hosts),
-            ranks=[pb.RankPlacement(rank=r, host=h, nic=n) for r, h, n in ranks],
-            request_id=request_id or uuid.uuid4().hex,
-            control_mode=control_mode_pb(control_mode),
-        )
+        request = register_request(job_id, hosts, ranks, tenant, priority, request_id, control_mode)
         metadata = auth(self.register_token)
         reply: fi.RegisterJobResponse = retrying(
             lambda: self._register(
@@ -321,16 +285,16 @@ class AdminClient:
         self.metadata = auth(token)
         self.timeout = timeout
         e = self.endpoints
-        self._fabric = _Method(e, ADMIN + "GetFabric", admin.FabricSnapshot)
-        self._jobs = _Method(e, ADMIN + "ListJobs", admin.ListJobsResponse)
-        self._plan = _Method(e, ADMIN + "GetPlan", admin.PlanSummary)
-        self._drain = _Method(e, ADMIN + "DrainLink", admin.LinkChangeResponse)
-        self._restore = _Method(e, ADMIN + "RestoreLink", admin.LinkChangeResponse)
-        self._replan = _Method(e, ADMIN + "Replan", admin.ReplanResponse)
-        self._log = _Method(e, ADMIN + "GetDecisionLog", admin.GetDecisionLogResponse)
-        self._set_mode = _Method(e, ADMIN + "SetControlMode", admin.SetControlModeResponse)
-        self._rollback = _Method(e, ADMIN + "RollbackAll", admin.RollbackAllResponse)
-        self._events = _Method(e, ADMIN + "WatchEvents", admin.Event, stream=True)
+        self._fabric = Method(e, ADMIN + "GetFabric", admin.FabricSnapshot)
+        self._jobs = Method(e, ADMIN + "ListJobs", admin.ListJobsResponse)
+        self._plan = Method(e, ADMIN + "GetPlan", admin.PlanSummary)
+        self._drain = Method(e, ADMIN + "DrainLink", admin.LinkChangeResponse)
+        self._restore = Method(e, ADMIN + "RestoreLink", admin.LinkChangeResponse)
+        self._replan = Method(e, ADMIN + "Replan", admin.ReplanResponse)
+        self._log = Method(e, ADMIN + "GetDecisionLog", admin.GetDecisionLogResponse)
+        self._set_mode = Method(e, ADMIN + "SetControlMode", admin.SetControlModeResponse)
+        self._rollback = Method(e, ADMIN + "RollbackAll", admin.RollbackAllResponse)
+        self._events = Method(e, ADMIN + "WatchEvents", admin.Event, stream=True)
 
     def _call(self, stub: Any, request: Any) -> Any:
         """One call; a follower's redirect is followed, and with several endpoints an

@@ -11,16 +11,17 @@ message and the ``problems`` (field, reason) from the ``c4p-problems`` trailing 
 ``retryable`` says whether the client should back off and try again (the server was unreachable
 or busy) or stop (the request or the credential is wrong).
 
-Intent builders (:func:`communicator`, :func:`connection`): ``c4p.v1`` uses proto3 presence
-(``optional``) to tell "default" from an explicit value, and enums with ``*_UNSPECIFIED``; these
-take Python values, leave out what is not given, and spell enums as the YAML files do
-(``"all-to-all"``). They do not validate: the controller does, and names the field of any
-mistake.
+Intent builders (:func:`communicator`, :func:`connection`, and :func:`register_request` for the
+clients): ``c4p.v1`` uses proto3 presence (``optional``) to tell "default" from an explicit value,
+and enums with ``*_UNSPECIFIED``; these take Python values, leave out what is not given, and spell
+enums as the YAML files do (``"all-to-all"``). They do not validate: the controller does, and names
+the field of any mistake.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
 from topology.errors import C4pError
 
@@ -212,3 +214,26 @@ def communicator(
     if rate is not None:
         c.rate = rate
     return c
+
+
+def register_request(
+    job_id: str,
+    hosts: Sequence[str],
+    ranks: Sequence[tuple[int, str, str]],
+    tenant: str,
+    priority: int,
+    request_id: str | None,
+    control_mode_text: str | None,
+) -> fi.RegisterJobRequest:
+    """RegisterJob's request, the same for the sync and asyncio clients; ``request_id`` is
+    generated once here when not given, and reused by the call's retries (see
+    :mod:`c4p.client.sync`: a lost answer then gives the same token)."""
+    return fi.RegisterJobRequest(
+        job_id=job_id,
+        tenant=tenant,
+        priority=priority,
+        hosts=list(hosts),
+        ranks=[pb.RankPlacement(rank=r, host=h, nic=n) for r, h, n in ranks],
+        request_id=request_id or uuid.uuid4().hex,
+        control_mode=control_mode(control_mode_text),
+    )

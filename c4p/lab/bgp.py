@@ -16,6 +16,10 @@ route's source to the router's loopback (``set src``), so ICMP answers keep comi
 Daemons run per lab: config, pid files, vty sockets and the zserv socket are under
 ``<tmp>/c4p-run-<token>/frr/<switch>/`` (:func:`frr_root`), so labs and other FRR instances never
 share one.
+
+The daemons need five things of a lab (its token, fabric, address plan, namespaces and the ECMP
+groups the cables' states call for): :class:`RoutedLab` names them, so this module does not
+import :mod:`c4p.lab.build` (which starts BGP) and the two are not a circle.
 """
 
 from __future__ import annotations
@@ -24,13 +28,11 @@ import ipaddress
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from c4p.lab import netns
-from c4p.lab.addressing import LabError, runtime_dir
-
-if TYPE_CHECKING:
-    from c4p.lab.build import Lab
+from c4p.lab.addressing import LabError, LabPlan, runtime_dir
+from topology.model import Fabric
 
 FRR_DIR = Path("/usr/lib/frr")
 DAEMONS = ("zebra", "bgpd")
@@ -47,10 +49,26 @@ def frr_missing() -> str | None:
     return f"missing FRR daemons {', '.join(missing)} (Debian package frr)" if missing else None
 
 
+class RoutedLab(Protocol):
+    """What BGP needs of a lab (:class:`c4p.lab.build.Lab` is one)."""
+
+    plan: LabPlan
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def fabric(self) -> Fabric: ...
+
+    def ns(self, device: str) -> str: ...
+
+    def expected_groups(self) -> dict[str, dict[str, int]]: ...
+
+
 class Bgp:
     """The FRR daemons of one lab."""
 
-    def __init__(self, lab: Lab) -> None:
+    def __init__(self, lab: RoutedLab) -> None:
         self.lab = lab
         self.root = frr_root(lab.token)
         switches = lab.fabric.switches

@@ -56,6 +56,7 @@ from typing import Literal
 from c4p.files import save_fabric
 from c4p.lab import netns
 from c4p.lab.addressing import LabError, LabPlan, as_ipv6, plan_lab, runtime_dir
+from c4p.lab.bgp import Bgp
 from topology.model import Fabric
 
 Routing = Literal["static", "bgp"]
@@ -105,7 +106,7 @@ class Lab:
         self.family = family
         self.icmp_limit = icmp_limit
         self.workdir = workdir or Path(tempfile.gettempdir()) / f"c4p-lab-{self.plan.token}"
-        self._bgp: object | None = None
+        self._bgp: Bgp | None = None
         self.down_links: set[int] = set()
         self._made: list[str] = []  # namespaces this object created (only those are deleted)
 
@@ -154,8 +155,6 @@ class Lab:
             if self.routing == "static":
                 self._static_routes()
             else:
-                from c4p.lab.bgp import Bgp
-
                 bgp = Bgp(self)
                 self._bgp = bgp
                 bgp.start()
@@ -376,9 +375,6 @@ class Lab:
     def wait_routes(self, timeout: float = 60.0) -> None:
         """With BGP, wait until routing agrees with the cables' states (no-op for static)."""
         if self._bgp is not None:
-            from c4p.lab.bgp import Bgp
-
-            assert isinstance(self._bgp, Bgp)
             self._bgp.wait_converged(timeout)
         else:
             time.sleep(0.05)

@@ -11,7 +11,8 @@ Layout: every record is stored as its pydantic JSON (``record`` columns) beside 
 looked up by, so a schema change is a new record version, not a migration of a dozen columns.
 The ``meta`` table holds counters (epoch, incarnation, decision sequence), the planning
 fingerprint and the token secret. ``schema`` in ``meta`` guards against opening a file written by
-an incompatible version.
+an incompatible version. The file's shape (tables, schema version, WAL family, ``synchronous``)
+is :mod:`c4p.store.sqlite_file`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -40,43 +40,11 @@ from c4p.store.base import (
     StoreError,
 )
 from c4p.store.lock import FileClaim
+from c4p.store.sqlite_file import _TABLES, MAX_SEQUENCE, SCHEMA, _family
+from c4p.store.sqlite_file import Synchronous as Synchronous
 
-SCHEMA = "c4p-store-1"
 DECISIONS_KEPT = 10_000
 """Decision log entries kept; older ones are pruned at each commit."""
-
-_TABLES = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, record TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS intents (
-    job_id TEXT NOT NULL, comm_id TEXT NOT NULL, record TEXT NOT NULL,
-    PRIMARY KEY (job_id, comm_id));
-CREATE TABLE IF NOT EXISTS bindings (
-    job_id TEXT NOT NULL, comm_id TEXT NOT NULL, connection INTEGER NOT NULL,
-    qp INTEGER NOT NULL, epoch INTEGER NOT NULL, record TEXT NOT NULL,
-    PRIMARY KEY (job_id, comm_id, connection, qp));
-CREATE TABLE IF NOT EXISTS tombstones (
-    job_id TEXT NOT NULL, comm_id TEXT NOT NULL, connection INTEGER NOT NULL,
-    qp INTEGER NOT NULL, epoch INTEGER NOT NULL,
-    PRIMARY KEY (job_id, comm_id, connection, qp));
-CREATE TABLE IF NOT EXISTS link_overrides (link_id TEXT PRIMARY KEY, record TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS decisions (
-    sequence INTEGER PRIMARY KEY, epoch INTEGER NOT NULL, record TEXT NOT NULL);
-"""
-
-
-MAX_SEQUENCE = 2**63 - 1
-"""SQLite's largest integer; decision sequences never reach it."""
-
-
-def _family(file: Path) -> list[Path]:
-    """The database and the files SQLite keeps beside it in WAL mode."""
-    return [file, file.with_name(file.name + "-wal"), file.with_name(file.name + "-shm")]
-
-
-class Synchronous(StrEnum):
-    FULL = "full"
-    NORMAL = "normal"
 
 
 class SqliteStore:

@@ -14,28 +14,22 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
+from c4p.testing.processes import Supervised, alive, free_port, kill, spawn
+
 ETCD = "etcd"
+__all__ = ["ETCD", "EtcdCluster", "Member", "etcd_binary", "free_port"]
 
 
 def etcd_binary() -> str | None:
     """The ``etcd`` server binary, or ``None`` where the package is not installed."""
     return shutil.which(ETCD)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -57,11 +51,11 @@ class Member:
 
     @property
     def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return alive(self.process)
 
 
 @dataclass
-class EtcdCluster:
+class EtcdCluster(Supervised):
     """``size`` etcd members on loopback (see the module docstring)."""
 
     size: int = 3
@@ -113,10 +107,7 @@ class EtcdCluster:
             "--logger", "zap",
             "--log-level", "warn",
         ]  # fmt: skip
-        with open(m.log, "ab") as log:
-            m.process = subprocess.Popen(  # noqa: S603
-                args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        m.process = spawn(args, m.log)
 
     def wait_healthy(self, wait_s: float = 30.0) -> None:
         """Until every running member answers and one leader is known (bounded)."""
@@ -143,10 +134,7 @@ class EtcdCluster:
 
     def kill(self, index: int) -> None:
         """``kill -9`` one member (its data stays: :meth:`restart` brings it back)."""
-        m = self.members[index]
-        if m.process is not None and m.process.poll() is None:
-            m.process.send_signal(signal.SIGKILL)
-            m.process.wait(10)
+        kill(self.members[index].process, 10)
 
     def restart(self, index: int) -> None:
         m = self.members[index]
@@ -159,14 +147,3 @@ class EtcdCluster:
                 self.kill(i)
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()

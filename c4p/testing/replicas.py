@@ -17,14 +17,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 import yaml
 
 from c4p.files import save_fabric
 from c4p.store.etcdclient import EtcdClient, EtcdError
-from c4p.testing.etcd_cluster import free_port
+from c4p.testing.processes import Supervised, alive, free_port, kill, spawn
 from topology.model import Fabric
 
 ADMIN_TOKEN = "replica-admin-token-0123456789"
@@ -41,18 +40,16 @@ class ReplicaProcess:
 
     @property
     def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return alive(self.process)
 
     def start(self, wait_s: float = 60.0) -> None:
         self.ready.unlink(missing_ok=True)
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(  # noqa: S603
-                [sys.executable, "-m", "c4p", "serve", "--config", str(self.config),
-                 "--ready-file", str(self.ready)],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                start_new_session=True,
-            )  # fmt: skip
+        self.process = spawn(
+            [sys.executable, "-m", "c4p", "serve", "--config", str(self.config),
+             "--ready-file", str(self.ready)],
+            self.log,
+            stdout_to_log=False,
+        )  # fmt: skip
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if self.ready.exists():
@@ -67,14 +64,11 @@ class ReplicaProcess:
             os.kill(self.process.pid, sig)
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)  # a stopped process must die too
-            self.process.kill()
-            self.process.wait(30)
+        kill(self.process, 30)
 
 
 @dataclass
-class ReplicaGroup:
+class ReplicaGroup(Supervised):
     """``count`` replicas of one controller (see the module docstring)."""
 
     directory: Path
@@ -161,14 +155,3 @@ class ReplicaGroup:
     def stop(self) -> None:
         for replica in self.replicas:
             replica.kill()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()

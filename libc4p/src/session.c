@@ -19,16 +19,6 @@
 
 #include "internal.h"
 
-void c4p_log(c4p_session *s, int level, const char *fmt, ...) {
-  if (s == NULL || s->log == NULL || level > s->log_level) return;
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  s->log(s->log_user, level, buf);
-}
-
 static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -191,22 +181,6 @@ static c4p_result error_frame(c4p_session *s, const uint8_t *payload, uint32_t l
 }
 
 /* -- connecting ------------------------------------------------------------------------------ */
-
-c4p_result c4p_send_all(int fd, const uint8_t *buf, size_t len) {
-  for (int waits = 0; len > 0;) {
-    ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EAGAIN && waits++ < 10) { /* the socket is non-blocking */
-      struct pollfd p = {fd, POLLOUT, 0};
-      poll(&p, 1, 100);
-      continue;
-    }
-    if (w <= 0) return C4P_ECONNECT;
-    buf += w;
-    len -= (size_t)w;
-  }
-  return C4P_OK;
-}
 
 /* Connect, check who serves the socket, HELLO, and take the WELCOME (applied to the table). */
 static c4p_result agent_connect(c4p_session *s, c4p_list *changed) {

@@ -58,6 +58,10 @@ The lost-core, drained-core and light-uplink rows at 16,384 GPUs find no one-res
 (a pod's agg short of core links needs flows to leave it at both leaf ends) and fall to the
 degraded colouring, sent back.
 
+**Where.** The chain search both steps run is :mod:`solver.repair.treechains`; sending back
+is :mod:`solver.repair.treereturn` (``send_back`` re-exported here); this module places the
+displaced flows and turns a re-plan's problem into options and back (:func:`replan_choice`).
+
 **Guarantee.** None beyond what is checked: the result is returned only when every flow is on a
 usable option and no switch link carries more than ``target`` flows, so it meets the bound when
 ``target`` is the bound. Moves are not proven minimal; the planner reports a lower bound beside
@@ -68,14 +72,18 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from solver.exact.fattree import FatTreeShape, _leaves
 from solver.exact.treecounts import BIG, Chain, Counts
+from solver.exact.treeshape import FatTreeShape, _leaves
+from solver.repair.treechains import DEPTH as DEPTH
+from solver.repair.treechains import NODES as NODES
+from solver.repair.treechains import PENDING, _floor, _relieve, _restore
+from solver.repair.treereturn import _send_back
+from solver.repair.treereturn import send_back as send_back
 from solver.space.incremental import match_middles
 from solver.space.problem import Problem
 from topology.index import IntArray
@@ -91,11 +99,6 @@ __all__ = [
     "send_back",
 ]
 
-DEPTH = 10
-"""Longest chain of moves one search builds."""
-
-NODES = 3000
-"""Resources one chain search visits before giving up."""
 
 ORDERS = 24
 """Orders of the displaced flows tried (all of them for up to four flows)."""
@@ -112,13 +115,6 @@ where they cannot place a flow they stop at :data:`NODES` in tens of ms; a tight
 made a loaded machine's re-plan fall to the slower degraded colouring (0.1 s: a 4,096-GPU
 light-uplink re-plan at load 3.5 took 0.59 s instead of ~0.2 s)."""
 
-PENDING = 1
-"""Resources a chain may leave over at once. One is the classic chain. Two (an option full at
-both leaf links, which a tight fabric needs to move a flow off a pod's short agg) was tried: a
-best-first order by price plus resources left over found the 4,096-GPU light uplink's 12 moves
-(3 fewer) but in 2 s, and plain breadth-first ran out of nodes; so one, with the degraded
-colouring behind it for what that cannot place."""
-
 
 @dataclass(frozen=True)
 class TreeRepair:
@@ -129,90 +125,6 @@ class TreeRepair:
     agg: IntArray
     core: IntArray
     moved: int
-
-
-def _relieve(
-    state: Counts,
-    starts: list[tuple[tuple[int, ...], Chain]],
-    frozen: set[int],
-    budget: int,
-    deadline: float = float("inf"),
-) -> tuple[Chain, int] | None:
-    """The cheapest chain, under ``budget`` new moves, after which none of a start's
-    resources (over their room after its moves) is over; made, with its price, or ``None``.
-
-    A state is the chain so far and the resources it leaves over (at most :data:`PENDING`,
-    or as many as a start has): the first of them is relieved by moving one of its flows to an
-    option full on at most one other resource, which joins the rest. Breadth-first by price
-    (0-1: moves of flows that have moved already are free, returns earn one back). The chain
-    popped is on the loads while its flows' steps are read (:func:`_shift`); the loads are
-    as they were when this returns, but for the chain made."""
-    queue: deque[tuple[tuple[int, ...], Chain, int]] = deque((p, c, 0) for p, c in starts)
-    done: set[tuple[int, ...]] = set()
-    on: Chain = []  # the moves on the loads now: each chain popped shifts them to its own
-    try:
-        while queue:
-            pending, chain, price = queue.popleft()
-            if len(chain) > DEPTH or (len(pending) == 1 and chain and pending in done):
-                continue  # one link left over by the chain's last move is over after it
-            _shift(state, on, chain)
-            on = chain
-            count, room = state.count, state.rooms
-            pending = tuple(r for r in pending if count[r] > room[r])
-            if not pending:
-                _shift(state, on, [])
-                on = []
-                state.make(chain)
-                return chain, price
-            if pending in done:
-                continue
-            done.add(pending)
-            if len(done) > NODES or (len(done) % 64 == 0 and time.perf_counter() > deadline):
-                return None
-            res, rest = pending[0], pending[1:]
-            busy = frozen | {f for f, _ in chain}
-            for g in sorted(state.on(res)):
-                if g in busy:
-                    continue
-                back = int(state.prior[g])  # returning there earns a move back
-                step = state.price(g, -2)  # any other option
-                if price + step >= budget:
-                    continue  # any move of it costs one, which the budget does not allow
-                # Options of a flow leaving the same link over are one step (Counts.escapes):
-                # its cheapest (a return first); every core of one agg, when that leaf link
-                # is full, ...
-                for k, new in state.escapes(g):
-                    cost = -1 if k == back else step
-                    if price + max(cost, 0) >= budget:
-                        continue
-                    nxt = tuple(sorted(set(rest) | set(new))) if rest else new
-                    if nxt in done:
-                        continue
-                    item = (nxt, [*chain, (g, k)], price + cost)
-                    if cost <= 0:
-                        queue.appendleft(item)
-                    else:
-                        queue.append(item)
-        return None
-    finally:
-        _shift(state, on, [])
-
-
-def _shift(state: Counts, was: Chain, now: Chain) -> None:
-    """The loads from chain ``was``'s moves to chain ``now``'s (on the loads only, not made):
-    the moves after the two chains' common start undone and done. A search pops chains that
-    mostly share all but their last move, so a step shifts one or two moves' links, not every
-    move of both chains; each move's links are remembered (:meth:`Counts.move`)."""
-    same = 0
-    for a, b in zip(was, now, strict=False):
-        if a != b:
-            break
-        same += 1
-    move, apply = state.move, state.apply
-    for f, k in reversed(was[same:]):
-        apply(*move(f, k), -1)
-    for f, k in now[same:]:
-        apply(*move(f, k), 1)
 
 
 def _place(state: Counts, f: int, deadline: float, two: bool = False) -> int | None:
@@ -335,144 +247,6 @@ def _place_on_two(
     return cost
 
 
-def _floor(state: Counts, r: int) -> int:
-    """What relieving link ``r`` costs at least: one where every flow on it is still on its
-    previous option (moving any is a new move), else nothing."""
-    prior, option = state.prior, state.option
-    return int(all(prior[g] >= 0 and option[g] == prior[g] for g in state.on(r)))
-
-
-def _restore(state: Counts, saved: IntArray) -> None:
-    for g in np.flatnonzero(state.option != saved).tolist():
-        state.set(g, int(saved[g]))
-
-
-def _return(state: Counts, group: tuple[int, ...], deadline: float = float("inf")) -> bool:
-    """Flows ``group`` (all moved) back on their previous options, the links that leaves over
-    relieved by chains costing fewer new moves than the returns earn; whether that was made
-    (else nothing changed)."""
-    saved = state.option.copy()
-    for g in group:
-        state.set(g, int(state.prior[g]))
-    price, budget = 0, len(group)
-    for g in group:
-        for r in state.path[g].tolist():
-            if state.load[r] <= state.room[r]:
-                continue
-            found = _relieve(state, [((r,), [])], set(group), budget - price, deadline)
-            if found is None:
-                _restore(state, saved)
-                return False
-            price += found[1]
-    if price < budget:
-        return True
-    _restore(state, saved)
-    return False
-
-
-def _moved(state: Counts) -> list[int]:
-    return np.flatnonzero((state.prior >= 0) & (state.option != state.prior)).tolist()
-
-
-def _send_back(state: Counts, deadline: float = float("inf")) -> None:
-    """Moved flows return to their previous option where that costs no other new move: it
-    has room again, or a chain of flows that moved already (price zero) makes room."""
-    for _ in range(3):
-        changed = False
-        for g in _moved(state):
-            if time.perf_counter() > deadline:
-                return
-            if state.option[g] != state.prior[g] and _return(state, (g,)):
-                changed = True
-        if not changed:
-            return
-
-
-GROUP_FLOWS = 64
-"""Most moved flows for which :func:`_send_back_groups` tries pairs and triples (a single
-link's repair moves a dozen or two; a lost core's hundreds would make thousands of groups)."""
-
-GROUP_SECONDS = 0.1
-"""Most :func:`send_back` spends on groups, apart from its own deadline: they are tried only
-for a single link's few moved flows, where they take 60-80 ms at 16,384 GPUs (3-tier, light
-uplink: 74 groups), and the single returns before them may have spent that deadline."""
-
-
-def _blocking(state: Counts, moved: list[int]) -> dict[int, set[int]]:
-    """For each moved flow, the moved flows sitting on a link of its previous path: one of
-    them leaving makes room for its return."""
-    rows = state.paths(np.array(moved, dtype=np.int64), state.prior[moved])
-    holders: dict[int, set[int]] = {}
-    for b in moved:
-        for r in state.held(b):
-            holders.setdefault(r, set()).add(b)
-    return {
-        a: {b for r in rows[n].tolist() for b in holders.get(r, ()) if b != a}
-        for n, a in enumerate(moved)
-    }
-
-
-def _reach(direct: dict[int, set[int]]) -> dict[int, set[int]]:
-    """Each flow's closure under :func:`_blocking` (itself included)."""
-    reach: dict[int, set[int]] = {}
-    for a in direct:
-        seen, todo = {a}, [a]
-        while todo:
-            for b in direct[todo.pop()]:
-                if b not in seen:
-                    seen.add(b)
-                    todo.append(b)
-        reach[a] = seen
-    return reach
-
-
-def _groups(moved: list[int], direct: dict[int, set[int]], size: int) -> list[tuple[int, ...]]:
-    """The groups :func:`_send_back_groups` tries: pairs where one reaches the other
-    (:func:`_reach`), triples where one member blocks or is blocked by both others directly.
-    Why so few: each try is a few chain searches (about 1 ms at 16,384 GPUs), and groups
-    whose members do not block each other seldom pay. On the 3-tier 16,384-GPU light uplink
-    the pair that paid is joined by reach only, through other moved flows, and the triple
-    that paid is a chain of direct blocking (each of two flows sits on the next one's previous
-    path): 31 tries, where every pair and triple is 714 tries and the same two paid."""
-    if size == 2:
-        reach = _reach(direct)
-        return [
-            (a, b) for a, b in itertools.combinations(moved, 2) if b in reach[a] or a in reach[b]
-        ]
-    near = {a: direct[a] | {b for b in moved if a in direct[b]} for a in moved}
-    return [
-        group
-        for group in itertools.combinations(moved, 3)
-        if any(len(near[x].intersection(group)) == 2 for x in group)  # one blocks or frees both
-    ]
-
-
-def _send_back_groups(state: Counts, deadline: float = float("inf")) -> None:
-    """After :func:`_send_back`: pairs, then triples, of moved flows returned at once where
-    the chains making room cost fewer new moves than the returns earn.
-
-    Why: a moved flow across pods sits on four links that its previous path does not use, and
-    its return leaves up to four links over; one flow's return seldom pays for the chains
-    that relieves, while two or three returns together do, each freeing links another's
-    return needs (3-tier 16,384 GPUs, light uplink: after the degraded colouring's send-back
-    15 moved besides the crossed, a pair then a triple took that to 13). Which groups are
-    tried: :func:`_groups`. Bounded by ``deadline`` and :data:`GROUP_FLOWS`."""
-    for size in (2, 3):
-        moved = _moved(state)
-        if len(moved) > GROUP_FLOWS or len(moved) < size:
-            return
-        changed = False
-        for group in _groups(moved, _blocking(state, moved), size):
-            if time.perf_counter() > deadline:
-                return
-            if all(state.option[g] != state.prior[g] for g in group) and _return(
-                state, group, deadline
-            ):
-                changed = True
-        if changed:
-            _send_back(state, deadline)
-
-
 def _run(
     state: Counts, order: list[int], deadline: float, budget: int, two: bool = False
 ) -> int | None:
@@ -570,48 +344,6 @@ def repair_tree(
     had = prev_agg >= 0
     moved = int(np.count_nonzero(had & ((agg != prev_agg) | (core != prev_core))))
     return TreeRepair(agg, core, moved)
-
-
-def send_back(
-    shape: FatTreeShape,
-    usable: npt.ArrayLike,
-    ends: tuple[npt.ArrayLike, npt.ArrayLike],
-    previous: tuple[IntArray, IntArray],
-    current: tuple[IntArray, IntArray],
-    target: int,
-    deadline: float = float("inf"),
-) -> tuple[IntArray, IntArray]:
-    """``current`` (agg index and core per flow, every flow placed within ``target``) with
-    moved flows sent back to their ``previous`` option where a chain of flows that moved
-    already makes room: fewer moves, the same links within ``target``. For a plan made without
-    regard to moves (the degraded colouring's chains re-colour many flows)."""
-    s, t = _leaves(shape, *ends)
-    ok = np.append(np.asarray(usable, dtype=bool), False)
-    far = shape.pod[s] != shape.pod[t]
-    flows = np.flatnonzero(s != t)
-    g_count = shape.cores_per_group
-
-    def options(agg: IntArray, core: IntArray) -> IntArray:
-        out = np.where(far, agg * g_count + core, agg)
-        out[(agg < 0) | (far & (core < 0))] = -1
-        return out[flows]
-
-    state = Counts(shape, ok, (s[flows], t[flows]), options(*current), target)
-    prior = options(*previous)
-    placed = np.flatnonzero(prior >= 0)
-    if placed.size:  # a previous option over a lost link is no place to return to
-        rows = state.paths(placed, prior[placed])
-        prior[placed[~state.ok[rows].all(axis=1)]] = -1
-    state.prior = prior
-    _send_back(state, deadline)
-    _send_back_groups(state, time.perf_counter() + GROUP_SECONDS)
-    best = state.option
-    agg = np.array(current[0], dtype=np.int64, copy=True)
-    core = np.array(current[1], dtype=np.int64, copy=True)
-    mine = far[flows]
-    agg[flows] = np.where(mine, best // g_count, best)
-    core[flows[mine]] = best[mine] % g_count
-    return agg, core
 
 
 def replan_choice(
