@@ -42,9 +42,9 @@ pytestmark = [
 QPS = 4
 BURST = 20
 """Datagrams per QP per turn of the live test's senders."""
-SEND_S = 16.0
+SEND_S = 24.0
 """How long the live test's traffic runs (bounded)."""
-OBSERVATIONS = 45
+OBSERVATIONS = 70
 OBSERVE_S = 0.13
 """The live test reads the loads this often (not a multiple of the faces' 0.2 s sampling
 or 0.25 s polling: a reading then lands on every phase of their steps)."""
@@ -176,7 +176,10 @@ def test_the_live_counter_check_on_the_lab_gnmi_faces(
             with ThreadPoolExecutor(max_workers=1) as background:
                 sending = background.submit(_send_for, helpers, lab, bset, SEND_S)
                 time.sleep(2.0)  # the counters' rates cover the traffic now
-                # A QP's share of line rate is tiny on veth: the tolerance is half of it.
+                # A QP's share of line rate is tiny on veth: the tolerance is three quarters
+                # of it. A misplaced QP moves a whole QP's load (gaps of 0.8-2.6 QPs measured);
+                # on a loaded machine the senders' pace wanders within a window and gaps of up
+                # to 0.55 QP were seen on correct ports with half a QP and a 6 s window.
                 check.averaged()  # drop what was read before the traffic
                 for _ in range(OBSERVATIONS):
                     time.sleep(OBSERVE_S)
@@ -186,7 +189,7 @@ def test_the_live_counter_check_on_the_lab_gnmi_faces(
                 speed = lab.fabric.links[0].speed_gbps * 1e9
                 per_qp = sorted(rates.values())[len(rates) // 2] / speed
                 assert per_qp > 0, "no traffic seen by the gNMI faces"
-                check.settings = DeviationSettings(tolerance=per_qp / 2, settle_s=0)
+                check.settings = DeviationSettings(tolerance=per_qp * 0.75, settle_s=0)
                 for _ in range(OBSERVATIONS):
                     time.sleep(OBSERVE_S)
                     check.observe()
