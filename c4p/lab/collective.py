@@ -156,6 +156,8 @@ class Ring:
             except subprocess.TimeoutExpired:
                 r.proc.kill()
                 r.proc.wait(5)
+            if r.proc.stdout is not None:
+                r.proc.stdout.close()
         self.ranks = []
 
     def restart(self) -> None:
