@@ -124,14 +124,14 @@ class Ring:
         while time.monotonic() < deadline:
             if all(r.steps for r in self.ranks):
                 return
-            dead = [r.host for r in self.ranks if r.proc.poll() is not None]
+            dead = [n for n, r in enumerate(self.ranks) if r.proc.poll() is not None]
             if dead:
-                raise RingError(f"ranks on {dead} exited: {self._log_tail()}")
+                raise RingError(f"ranks {dead} exited: {self._log_tail(dead[0])}")
             time.sleep(0.1)
-        raise RingError(f"ranks made no step within 90 s: {self._log_tail()}")
+        raise RingError(f"ranks made no step within 90 s: {self._log_tail(0)}")
 
-    def _log_tail(self) -> str:
-        path = self.lab.workdir / "rank-0.log"
+    def _log_tail(self, rank: int) -> str:
+        path = self.lab.workdir / f"rank-{rank}.log"
         return path.read_text(errors="replace")[-300:] if path.exists() else ""
 
     @staticmethod

@@ -247,7 +247,7 @@ int main(int argc, char **argv) {
   uint64_t last_done = 0;
   struct sent_round sent[RESEND];
   uint32_t sent_n = 0;
-  for (uint64_t step = step0; step < step0 + steps && !stop; step++) {
+  for (uint64_t step = step0; step - step0 < steps && !stop; step++) {
     /* The bindings, again each step: a re-plan moves a QP to its new port. */
     for (uint32_t q = 0; q < qps; q++) {
       c4p_binding b;
