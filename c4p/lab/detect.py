@@ -231,11 +231,11 @@ def link_fault(
         row.step_time_after_s = bench.step_time(t2, time.time())
         row.notes["after"] = "after the fault was undone"
     row.notes["events"] = len(bench.findings(seq))
-    row.notes["recovery_findings"] = _recover(bench, seq)
+    row.notes["recovery_findings"] = recover(bench, seq)
     return row
 
 
-def _recover(bench: Bench, sequence: int) -> list[str]:
+def recover(bench: Bench, sequence: int) -> list[str]:
     """Give back every link the detector drained since ``sequence``; wait for steady steps.
     Returns the findings raised meanwhile (after the scenario's own window: the restore's
     re-plan moved flows back; they are false positives of the recovery)."""
@@ -295,7 +295,7 @@ def rank_fault(bench: Bench, name: str, window_s: float) -> Outcome:
     bench.settle(15)
     row.step_time_after_s = bench.step_time(t2, time.time())
     row.notes["events"] = len(bench.findings(seq))
-    row.notes["recovery_findings"] = _recover(bench, seq)
+    row.notes["recovery_findings"] = recover(bench, seq)
     return row
 
 
@@ -340,7 +340,7 @@ def benign(bench: Bench, name: str, window_s: float) -> Outcome:
     row.false_positives = len(found)
     row.notes["findings"] = [f"{e.finding.cls.value} {e.finding.element}" for e in found
                              if e.finding is not None][:5]  # fmt: skip
-    row.notes["recovery_findings"] = _recover(bench, seq)
+    row.notes["recovery_findings"] = recover(bench, seq)
     return row
 
 
@@ -411,7 +411,7 @@ def run_detect(
         # Findings before any fault (the ranks' first steps included): false positives too.
         warmup = [f"{e.finding.cls.value} {e.finding.element}" for e in bench.findings(0)
                   if e.finding is not None]  # fmt: skip
-        _recover(bench, 0)
+        recover(bench, 0)
         for name in scenarios:
             if progress is not None:
                 progress(name)
@@ -420,7 +420,7 @@ def run_detect(
             except (C4pError, OSError) as exc:  # one scenario's failure is its row, not the run's
                 rows.append(Outcome(name, notes={"error": str(exc)[:300]}))
                 try:
-                    _recover(bench, 0)
+                    recover(bench, 0)
                 except (C4pError, OSError) as again:
                     rows[-1].notes["unrecovered"] = str(again)[:300]
                     break  # the ranks are gone: the scenarios left cannot run
@@ -466,4 +466,4 @@ def render(result: dict[str, Any]) -> list[list[str]]:
 HEADERS = ["scenario", "injected", "detected", "conf", "latency s", "action",
            "step s before/during/after", "FP"]  # fmt: skip
 
-__all__ = ["HEADERS", "SCENARIOS", "TEST_SCENARIOS", "render", "run_detect"]
+__all__ = ["HEADERS", "SCENARIOS", "TEST_SCENARIOS", "recover", "render", "run_detect"]

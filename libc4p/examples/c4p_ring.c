@@ -167,6 +167,31 @@ static int bind_udp(const char *addr, uint16_t sport) {
   return fd;
 }
 
+/* Each QP's socket on its bound source port (looked up again: a re-plan moves it). At the
+ * start, wait up to 60 s for the bindings; later, keep the old port while none is known. */
+static int rebind(c4p_session *s, const char *comm, uint32_t rank, uint32_t to, uint32_t qps,
+                  const char *src, int *fds, uint16_t *ports) {
+  for (uint32_t q = 0; q < qps; q++) {
+    c4p_binding b;
+    c4p_result rc;
+    uint64_t deadline = c4p_now_ns() + 60ull * 1000000000ull;
+    while ((rc = c4p_lookup(s, comm, rank, to, 0, q, &b)) != C4P_OK && !stop &&
+           c4p_now_ns() < deadline && fds[q] < 0)
+      sleep_ms(50);
+    if (rc == C4P_OK && b.udp_sport != ports[q]) {
+      if (fds[q] >= 0) close(fds[q]);
+      fds[q] = bind_udp(src, b.udp_sport);
+      ports[q] = fds[q] >= 0 ? b.udp_sport : 0;
+    }
+    if (fds[q] < 0) {
+      fprintf(stderr, "c4p_ring: rank %u QP %u: no binding or port (%s)\n", rank, q,
+              c4p_strerror(rc));
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   c4p_options o;
   c4p_options_init(&o);
@@ -249,23 +274,9 @@ int main(int argc, char **argv) {
   uint32_t sent_n = 0;
   for (uint64_t step = step0; step - step0 < steps && !stop; step++) {
     /* The bindings, again each step: a re-plan moves a QP to its new port. */
-    for (uint32_t q = 0; q < qps; q++) {
-      c4p_binding b;
-      uint64_t deadline = c4p_now_ns() + 60ull * 1000000000ull;
-      while ((rc = c4p_lookup(s, comm, rank, to, 0, q, &b)) != C4P_OK && !stop &&
-             c4p_now_ns() < deadline && fds[q] < 0)
-        sleep_ms(50);
-      if (rc == C4P_OK && b.udp_sport != ports[q]) {
-        if (fds[q] >= 0) close(fds[q]);
-        fds[q] = bind_udp(src, b.udp_sport);
-        ports[q] = fds[q] >= 0 ? b.udp_sport : 0;
-      }
-      if (fds[q] < 0) {
-        fprintf(stderr, "c4p_ring: rank %u QP %u: no binding or port (%s)\n", rank, q,
-                c4p_strerror(rc));
-        c4p_close(s);
-        return 1;
-      }
+    if (rebind(s, comm, rank, to, qps, src, fds, ports) != 0) {
+      c4p_close(s);
+      return 1;
     }
     sleep_ms(compute_ms + (slow ? slow_ms : 0));
     long size = big ? 4 * bytes : bytes;
@@ -298,6 +309,7 @@ int main(int argc, char **argv) {
         if (started && now - newest > (uint64_t)gap_ms * 1000000ull) break; /* lost: give up */
         if (!started && now - hushed > RESEND_NS) { /* nothing for a second: a whole round of
           ours may be lost too (a cut link); send what the next rank may still wait for */
+          rebind(s, comm, rank, to, qps, src, fds, ports); /* a re-plan routes around it */
           for (uint32_t k = 0; k < RESEND && k < sent_n; k++)
             send_round(fds, qps, &dst, buf, rank, sent[k].round, sent[k].count);
           hushed = now;
