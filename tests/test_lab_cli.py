@@ -29,6 +29,10 @@ FABRIC = Path(__file__).resolve().parents[1] / "configs" / "leaf-spine.yaml"
         (["lab", "up", str(FABRIC), "--family", "5"], "--family: 5 is not 4 or 6"),
         (["lab", "up", str(FABRIC), "--family", "6", "--routing", "bgp"], "--family: 6 is built"),
         (["lab", "down", "nosuch", "--state-dir", "."], "token: no lab 'nosuch'"),
+        (["lab", "detect", "--routing", "rip"], "--routing: 'rip'"),
+        (["lab", "detect", "--scenario", "meteor"], "--scenario: 'meteor' is not one of"),
+        (["lab", "detect", "--window", "1"], "--window: 1.0 is not between 5 and 120"),
+        (["lab", "detect", "--hash-policy", "2"], "--hash-policy: 2 is not one of"),
     ],
 )
 def test_bad_lab_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:

@@ -227,3 +227,65 @@ def lab_demo(
             console.print(table)
 
     emit(json_path, {"runs": results}, show)
+
+
+@lab_app.command("detect")
+def lab_detect(
+    routing: Annotated[str, typer.Option("--routing", help="static or bgp.")] = "static",
+    hash_policy: HashPolicyOption = 1,
+    scenario: Annotated[
+        list[str] | None,
+        typer.Option("--scenario", help="Run only these (repeatable; default: all, in order)."),
+    ] = None,
+    window_s: Annotated[
+        float, typer.Option("--window", help="Seconds a fault may take to be found (5-120).")
+    ] = 20.0,
+    json_path: JsonOption = None,
+) -> None:
+    """Ranks linked with libc4p run a ring over the lab; faults by tc/ip/signals; the detector."""
+    import signal
+
+    from c4p.lab.collective import ring_missing
+    from c4p.lab.detect import HEADERS, SCENARIOS, render, run_detect
+
+    if routing not in ("static", "bgp"):
+        fail(f"--routing: {routing!r} is not one of static, bgp")
+    for name in scenario or ():
+        if name not in SCENARIOS:
+            fail(f"--scenario: {name!r} is not one of {', '.join(SCENARIOS)}")
+    if not 5 <= window_s <= 120:
+        fail(f"--window: {window_s} is not between 5 and 120")
+    if (missing := ring_missing()) is not None:
+        fail(f"rank program: {missing}")
+    policy = _hash_policy(hash_policy)
+
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt  # unwinds every context: ranks, agents, service, namespaces
+
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        result = guarded(
+            lambda: run_detect(
+                routing="bgp" if routing == "bgp" else "static",
+                hash_policy=policy,
+                scenarios=tuple(scenario) if scenario else SCENARIOS,
+                window_s=window_s,
+                progress=lambda name: console.print(f"scenario {name} ...", style="dim"),
+            )
+        )
+    except KeyboardInterrupt:
+        console.print("interrupted: the ranks, the lab, its agents and the controller are down")
+        raise typer.Exit(130) from None
+
+    def show() -> None:
+        table = Table(
+            title=f"c4p lab detect: {result['fabric']}, {result['ranks']} ranks, routing "
+            f"{result['routing']}, healthy step {result['healthy_step_time_s']} s"
+        )
+        for column in HEADERS:
+            table.add_column(column)
+        for row in render(result):
+            table.add_row(*row)
+        console.print(table)
+
+    emit(json_path, result, show)

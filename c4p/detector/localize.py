@@ -70,7 +70,8 @@ def rank_pattern(src: IntArray, dst: IntArray, bad: BoolArray) -> tuple[int, flo
 
 
 def tomography(index: PathIndex, bad_rows: IntArray, good_rows: IntArray, limit: int) -> Located:
-    """The link (or switch) that best explains the bad paths against the good ones."""
+    """The link (or switch) that best explains the bad paths against the good ones. The index's
+    "links" may be directed resources named by their link: the best direction names it."""
     bad_rows, good_rows = bad_rows[bad_rows >= 0], good_rows[good_rows >= 0]
     n_bad = len(bad_rows)
     if n_bad == 0:
@@ -84,6 +85,12 @@ def tomography(index: PathIndex, bad_rows: IntArray, good_rows: IntArray, limit:
     top = float(score[best])
     if top <= 0:
         return NOWHERE
+    inverse, unique = _groups(index)
+    if len(unique) < len(index.links):
+        located = _by_name(index, inverse, unique, bad, good, score, n_bad, limit)
+        top = located.confidence * (1 + len(located.candidates))
+        sw = _switch(index, bad, good, n_bad, top)
+        return sw if sw is not None and sw.confidence > located.confidence else located
     near = np.flatnonzero(score >= NEAR * top)
     near = near[np.argsort(-score[near], kind="stable")]
     located = Located(
@@ -96,6 +103,57 @@ def tomography(index: PathIndex, bad_rows: IntArray, good_rows: IntArray, limit:
     )
     sw = _switch(index, bad, good, n_bad, top)
     return sw if sw is not None and sw.confidence > located.confidence else located
+
+
+_GROUPS: dict[int, tuple[object, IntArray, list[str]]] = {}
+
+
+def _groups(index: PathIndex) -> tuple[IntArray, list[str]]:
+    """Per entry of ``index.links`` the number of its name, and the distinct names (cached)."""
+    got = _GROUPS.get(id(index.links))
+    if got is not None and got[0] is index.links:
+        return got[1], got[2]
+    unique, inverse = np.unique(np.asarray(index.links, dtype=object), return_inverse=True)
+    if len(_GROUPS) > 64:
+        _GROUPS.clear()
+    names = [str(n) for n in unique]
+    _GROUPS[id(index.links)] = (index.links, inverse.astype(np.int64), names)
+    return inverse.astype(np.int64), names
+
+
+def _by_name(
+    index: PathIndex,
+    inverse: IntArray,
+    names: list[str],
+    bad: npt.NDArray[np.float64],
+    good: npt.NDArray[np.float64],
+    score: npt.NDArray[np.float64],
+    n_bad: int,
+    limit: int,
+) -> Located:
+    """Directed entries (the two directions of a link share its name): a link scores by its
+    best direction (a queue shaped one way) or by both together (slow both ways), whichever
+    explains the bad paths better; candidates are other links, never its other direction."""
+    bad_u = np.bincount(inverse, weights=bad, minlength=len(names))
+    good_u = np.bincount(inverse, weights=good, minlength=len(names))
+    both = (bad_u / n_bad) * (bad_u / np.maximum(bad_u + good_u, 1.0))
+    one = np.zeros(len(names))
+    np.maximum.at(one, inverse, score)
+    named = np.maximum(both, one)
+    best = int(np.argmax(named))
+    top = float(named[best])
+    if top <= 0:
+        return NOWHERE
+    near = np.flatnonzero(named >= NEAR * top)
+    near = near[np.argsort(-named[near], kind="stable")]
+    return Located(
+        "link",
+        names[best],
+        top / len(near),
+        tuple((names[int(li)], round(float(named[li]), 3)) for li in near[1:limit]),
+        int(bad_u[best]),
+        int(good_u[best]),
+    )
 
 
 def _switch(

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -71,8 +72,12 @@ class ServedLab:
         mode: str = "learned",
         settle_s: float = 120.0,
         deviation: dict[str, Any] | None = None,
+        bindings: bool = False,
     ) -> None:
         self.lab = lab
+        self.bindings = bindings
+        """Agents also serve their host's ranks bindings and take their reports (libc4p's
+        socket, :meth:`rank_socket`): the collective workload of ``c4p lab detect``."""
         self.deviation = deviation
         """The controller's ``deviation:`` section (the counter check), default if ``None``."""
         self.mode = mode
@@ -172,17 +177,19 @@ class ServedLab:
                 if end.is_host and end.device == host
             ]
             config = self.lab.workdir / f"agent-{host}.yaml"
-            config.write_text(
-                yaml.safe_dump(
-                    {
-                        "host": host,
-                        "controllers": [self.endpoint],
-                        "token": {"value": AGENT_TOKEN},
-                        "ports": ports,
-                        "reconnect": {"initial_s": 0.1, "max_s": 0.5},
-                    }
-                )
-            )
+            section: dict[str, Any] = {
+                "host": host,
+                "controllers": [self.endpoint],
+                "token": {"value": AGENT_TOKEN},
+                "ports": ports,
+                "reconnect": {"initial_s": 0.1, "max_s": 0.5},
+            }
+            if self.bindings:
+                section["bindings"] = {
+                    "socket": {"path": str(self.rank_socket(host))},
+                    "state_dir": str(self.lab.workdir / f"agent-{host}-state"),
+                }
+            config.write_text(yaml.safe_dump(section))
             log = open(self.lab.workdir / f"agent-{host}.log", "ab")  # noqa: SIM115 (the child's)
             self.agents[host] = subprocess.Popen(
                 [
@@ -204,6 +211,10 @@ class ServedLab:
             )
             log.close()
         self.wait_agents()
+
+    def rank_socket(self, host: str) -> Path:
+        """The Unix socket ``host``'s agent serves its ranks on (with ``bindings``)."""
+        return self.lab.workdir / f"ranks-{host}.sock"
 
     def wait_agents(self, seconds: float = 120.0) -> None:
         runtime = self.runtime

@@ -196,8 +196,10 @@ class DetectionService:
         for h in bindings:
             b = h.binding
             nodes = [index.node_of.get(n, -1) for n in b.path]
+            # Directed: a link slow one way (a shaped egress queue) is told from its neighbours
+            # only by the direction the slow paths cross it in (docs/detector.md).
             links = [
-                res // 2
+                res
                 for u, v in zip(nodes, nodes[1:], strict=False)
                 if (res := index.resource_between.get((u, v))) is not None
             ]
@@ -207,9 +209,9 @@ class DetectionService:
             return
         import numpy as np
 
-        ends = index.res_src.reshape(-1, 2)
+        ends = np.stack([index.res_src, index.res_dst], axis=1)
         switch_ends = np.where(ends < index.num_switches, ends, -1).astype(np.int64)
-        names = [link.id for link in fabric.links]
+        names = [fabric.links[res // 2].id for res in range(len(index.res_src))]
         switches = [s.name for s in fabric.switches]
         for comm, items in by_comm.items():
             paths: PathIndex = build(items, names, switch_ends, switches)
