@@ -499,3 +499,18 @@ def test_pair_results_are_built_as_the_constructor_builds_them(
     assert pickle.loads(pickle.dumps(fast)) == ref
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.flows = 0  # type: ignore[misc]
+
+
+def test_flows_left_on_no_live_resource_are_refused_not_filled_forever() -> None:
+    """A weight too small to count (5e-324, what a poisoned intent gave) leaves its flow on no
+    live resource once the others froze. ``max_min_fair_rates`` refused that before the
+    windowed fill (the planner then fails that job alone: test_planning_isolation); the windowed
+    fill once kept the frozen resource in an infinite window and hit it again forever."""
+    incidence = Incidence.from_paths([[0], [1]])
+    weights = np.array([1.0, 5e-324])
+    cap = np.array([100.0, 100.0])
+    with pytest.raises(AssertionError, match="no live resource"):
+        max_min_fair_rates(incidence, weights, cap)
+    for window in (1, 2, 4096):
+        with pytest.raises(AssertionError, match="no live resource"):
+            _fill(incidence, weights, cap, window)

@@ -154,7 +154,10 @@ def _fill(
     top = -np.inf
     while remaining:
         seen = reach[window]
-        keep = seen <= top
+        # A resource whose flows have all frozen reaches at infinity: out of the window, even
+        # when ``top`` is infinite (a window of every live resource), or a round would "hit"
+        # it, freeze nothing and repeat forever.
+        keep = (seen <= top) & (seen < np.inf)
         window, seen = window[keep], seen[keep]
         lowest = float(seen.min()) if seen.size else np.inf
         bound = lowest * (1 + RELATIVE_TOLERANCE) + 1e-300
@@ -204,6 +207,12 @@ def _fill(
             )
             active_weight[crossed] -= np.bincount(bins, weights=share, minlength=crossed.size)
         active_weight[hit] = 0.0  # exactly, whatever rounding left behind
+        # Every active flow on a hit resource froze this round, so none is live any more. Said
+        # here for all of them, not only through ``crossed``: a resource whose flows had all
+        # frozen before but whose weight kept a rounding residue above the threshold reaches
+        # (hugely) late, comes up as the lowest when nothing else is left, freezes no flow,
+        # and would otherwise be hit again forever.
+        reach[hit] = np.inf
         alive = active_weight[crossed] > threshold
         still, gone = crossed[alive], crossed[~alive]
         reach[gone] = np.inf
