@@ -163,6 +163,29 @@ def test_nccl_events_become_exact_reports(tmp_path: Path, version: int) -> None:
     assert (pxn.channel, pxn.bytes, pxn.dst_rank) == (3, 4096, PEER_NEXT)
 
 
+def test_a_run_cut_at_the_reporting_limit_is_never_counted_twice(tmp_path: Path) -> None:
+    """Three steps in flight for longer than the plugin's 10 ms cut: the first two to stop make
+    a run that is then reported at once; the third began inside that run, so its piece must
+    start where the report ended (CI once saw such pieces overlap: busy time counted twice)."""
+    sock = tmp_path / "agent.sock"
+    agent = Collector(sock)
+    lines = [f"load {PLUGIN} 5", "init 0 dp 0 2 4 1", f"coll 0 1 {RANK} 0 AllReduce 16 ncclFloat32"]
+    lines += [f"op 0 2 1 {RANK} 0 {PEER_NEXT} 3 {CHUNK} 1", "stop 1", f"state 2 {OP_IN_PROGRESS}"]
+    for k, step in enumerate((3, 4, 5)):
+        lines += [f"step 0 {step} 2 {RANK} {k}", f"state {step} {SEND_WAIT} {CHUNK}", "sleep 1000"]
+    lines += ["sleep 10000", "stop 3", "stop 4", "sleep 1000", "stop 5", "stop 2", "finalize 0"]
+    done = drive(lines, {"C4P_SOCKET": str(sock), "C4P_JOB": "j", "C4P_TOKEN": "t"}, False)
+    assert done.returncode == 0, done.stderr
+    agent.join()
+    first, second = sorted(
+        (t for r in agent.reports for t in r.transfers), key=lambda t: t.start_ns
+    )
+    assert (first.bytes, second.bytes) == (2 * CHUNK, CHUNK)
+    assert first.end_ns - first.start_ns >= 10_000_000  # cut and reported on its own
+    assert second.start_ns == first.end_ns  # not at the step's own start, inside the first
+    assert second.end_ns - second.start_ns >= 1_000_000
+
+
 def test_without_a_job_or_an_agent_nccl_runs_unobserved(tmp_path: Path) -> None:
     for env in ({"C4P_JOB": ""}, {"C4P_JOB": "j", "C4P_SOCKET": str(tmp_path / "none.sock")}):
         done = drive(ring_allreduce(1, 5), env, valgrind=False)

@@ -60,6 +60,7 @@ typedef struct op_ev {
   uint64_t seq;
   int rank, peer, channel, is_send;
   uint64_t run_start, run_end, run_bytes; /* overlapping steps merged (the proxy thread's) */
+  uint64_t reported_end; /* end of the last run reported: later runs start no earlier */
   int run_open;
 } op_ev;
 
@@ -352,6 +353,7 @@ static void flush_run(op_ev *op) {
   c4p_report_transfer(session, op->c->comm, (uint32_t)op->rank, (uint32_t)op->peer,
                       (uint32_t)op->channel, 0, op->seq, op->run_bytes, op->run_start,
                       op->run_end);
+  op->reported_end = op->run_end;
   op->run_open = 0;
 }
 
@@ -377,8 +379,11 @@ static c4p_nccl_result stop(void *handle) {
         if (op->run_end - op->run_start >= RUN_MAX_NS) flush_run(op); /* keep reports timely */
       } else {
         flush_run(op);
+        /* A step that began inside a run already cut and reported (the 10 ms cut above) keeps
+         * its bytes but starts where that report ended: busy time is never counted twice. */
+        uint64_t start = e->start_ns > op->reported_end ? e->start_ns : op->reported_end;
         op->run_open = 1;
-        op->run_start = e->start_ns;
+        op->run_start = start < end ? start : end;
         op->run_end = end;
         op->run_bytes = e->bytes;
       }
