@@ -10,14 +10,16 @@ open registration on loopback it is the operating-system user owning the caller'
 
 from __future__ import annotations
 
+import json
 import os
-import stat
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import grpc
 import pytest
+from libc4p_cases import staged_for
 from service_cases import ADMIN_TOKEN, serving, spread_fabric
 
 from c4p.client import ApiError, FlowIntentClient, communicator
@@ -52,13 +54,41 @@ def test_a_replay_from_another_launcher_is_already_exists(tmp_path: Path) -> Non
         assert again.token == job.token  # a retry of a lost answer still gets it
 
 
-def _reachable_by(uid: int, path: Path) -> bool:
-    """Whether every directory down to ``path`` lets others through (a 0700 parent does not)."""
-    for parent in [*reversed(path.parents), path]:
-        mode = parent.stat()
-        if mode.st_uid != uid and not mode.st_mode & stat.S_IXOTH:
-            return False
-    return True
+MODULES = """
+import json, sys
+import c4p.client
+loaded = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
+print(json.dumps(sorted({f for f in loaded if f})))
+"""
+
+
+def stage_client(stage: Path) -> None:
+    """Copy into ``stage`` every top-level package ``c4p.client`` loads from the checkout or
+    the venv's site-packages, so another uid can import the client where the checkout sits under
+    a 0700 parent (a clone in ``mktemp -d`` or ``/root``): which packages is asked of Python
+    itself, not listed here by hand."""
+    files = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", MODULES], capture_output=True, text=True, check=True, cwd=ROOT
+        ).stdout
+    )
+    roots = [ROOT, *(Path(p) for p in sys.path if p.endswith("site-packages"))]
+    tops: set[Path] = set()
+    for name in files:
+        path = Path(name).resolve()
+        for base in roots:
+            if path.is_relative_to(base.resolve()):
+                tops.add(base.resolve() / path.relative_to(base.resolve()).parts[0])
+    for top in sorted(tops):
+        if top.is_dir():
+            shutil.copytree(top, stage / top.name, symlinks=True, ignore=IGNORED)
+        else:
+            shutil.copy2(top, stage / top.name)
+    for tree in [stage, *(d for d in stage.rglob("*") if d.is_dir())]:
+        os.chmod(tree, 0o755)
+
+
+IGNORED = shutil.ignore_patterns("__pycache__", "tests")
 
 
 REPLAY = """
@@ -78,21 +108,31 @@ def test_open_registration_replays_only_to_the_same_user(tmp_path: Path) -> None
     if os.geteuid() != 0:
         pytest.skip("needs root to run a replaying client as another user (uid 65534)")
     python = Path("/usr/bin/python3")
-    site = Path(sys.prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    packages = site / "site-packages"
-    if not python.exists() or not _reachable_by(NOBODY, ROOT) or not packages.is_dir():
-        pytest.skip("uid 65534 cannot reach the checkout or /usr/bin/python3 (a 0700 parent?)")
+    if not python.exists():
+        pytest.skip("no /usr/bin/python3 for uid 65534 (the venv's Python may be unreachable)")
+    version = subprocess.run(
+        [str(python), "-c", "import sys; print(sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if version != str(sys.version_info[:2]):
+        pytest.skip(
+            f"/usr/bin/python3 is {version}; the venv's packages need {sys.version_info[:2]}"
+        )
     with (
+        staged_for(NOBODY) as stage,
         serving(FABRIC, tmp_path) as service,
         FlowIntentClient(service.address, attempts=1) as mine,
     ):
+        stage_client(stage)
         job = mine.register_job("victim", hosts=HOSTS[:2], tenant="t", request_id="r-1")
         again = mine.register_job("victim", hosts=HOSTS[:2], tenant="t", request_id="r-1")
         assert again.token == job.token  # the same user: a retry
         done = subprocess.run(
             [str(python), "-c", REPLAY, service.address, *HOSTS[:2]],
             cwd="/",
-            env={"PYTHONPATH": f"{ROOT}:{packages}", "PATH": "/usr/bin:/bin"},
+            env={"PYTHONPATH": str(stage), "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
             user=NOBODY,
             group=NOBODY,
             capture_output=True,
