@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from topology.arrays import BoolArray as BoolArray  # re-exported: imported from here
+from topology.arrays import FloatArray as FloatArray
+from topology.arrays import IntArray as IntArray
 from topology.arrays import distinct
 from topology.errors import PathError, UnknownNameError
 from topology.model import Fabric, Host, LinkStatus, Nic, NicPort, Switch
@@ -32,10 +35,6 @@ _SPEED = operator.attrgetter("speed_gbps")
 _STATUS = operator.attrgetter("status")
 _DEVICE, _INTERFACE = operator.itemgetter(0), operator.itemgetter(2)
 """Columns of the links and of their ends split at ':', read by ``map``."""
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
