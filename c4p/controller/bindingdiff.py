@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from c4p.controller.intents import PlanInputs
 from c4p.controller.rewire import Rewiring
-from c4p.controller.state import PlanInputs
 from c4p.store.base import ControlMode, HeldBinding
 from solver.planning.plans import PlanFile, PlannedFlow
 from solver.planning.result import Plan

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 
 from c4p.controller.bindingdiff import BindingDiff
-from c4p.controller.state import PlanInputs
+from c4p.controller.intents import PlanInputs
 from c4p.store.base import JobPredictionRecord
 from solver.workload.flows import Workload
 from solver.yardstick.evaluate import OVER_TOLERANCE, evaluate

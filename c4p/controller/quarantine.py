@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from c4p.controller.state import JobInput, PlanInputs
+from c4p.controller.intents import JobInput, PlanInputs
 
 log = logging.getLogger("c4p.controller")
 

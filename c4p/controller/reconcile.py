@@ -67,11 +67,12 @@ from c4p.controller.bindingdiff import (
     previous_plan,
     unchanged,
 )
+from c4p.controller.intents import PlanInputs, StepDraft
 from c4p.controller.learning import LearningPorts
 from c4p.controller.prediction import predict
 from c4p.controller.quarantine import Quarantine, without
 from c4p.controller.rewire import Rewiring
-from c4p.controller.state import ControllerState, PlanInputs, StepDraft
+from c4p.controller.state import ControllerState
 from c4p.controller.triggers import Key, KeyKind, describe
 from c4p.store.base import (
     ControlMode,
