@@ -30,15 +30,15 @@ from c4p.controller.errors import (
     Problem,
 )
 from c4p.controller.state import ControllerState, placement_problems, placement_spec
-from c4p.controller.submission import MAX_PROBLEMS as MAX_PROBLEMS  # re-exported: imported
+from c4p.controller.submission import MAX_PROBLEMS as MAX_PROBLEMS  # re-exported (service)
 from c4p.controller.submission import (
     CommunicatorResult,
     check_submission,
     content_digest,
     located,
 )
-from c4p.controller.submission import IntakeLimits as IntakeLimits  # from here by the service
-from c4p.controller.submission import Outcome as Outcome
+from c4p.controller.submission import IntakeLimits as IntakeLimits  # re-exported (service)
+from c4p.controller.submission import Outcome as Outcome  # re-exported (service)
 from c4p.store.base import (
     ControlMode,
     JobRecord,
