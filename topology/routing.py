@@ -34,7 +34,7 @@ import numpy.typing as npt
 from topology.arrays import BoolArray, IntArray, spans
 from topology.distances import Step, distance_pass, distance_type
 from topology.errors import PathError, UnreachableError
-from topology.index import FabricIndex
+from topology.switchgraph import SwitchGraph
 
 UNREACHABLE = np.iinfo(np.int64).max // 4
 """Distance of a switch that cannot reach the destination (large, and safe to add 1 to)."""
@@ -62,7 +62,7 @@ class DestinationTable:
 class Routing:
     """Routing state of one fabric snapshot (usable links only)."""
 
-    def __init__(self, index: FabricIndex) -> None:
+    def __init__(self, index: SwitchGraph) -> None:
         self.index = index
         tier = index.tier
         src, dst = index.res_src, index.res_dst
