@@ -28,10 +28,6 @@ KNOWN: dict[frozenset[str], str] = {
         "the replica's leadership loop starts and stops the runtime that owns it (issue 32; "
         "being moved by the engineer on c4p/service)"
     ),
-    frozenset({"topology.index", "topology.model", "topology.routing"}): (
-        "the fabric model builds its index lazily and the index its routing, which reads the "
-        "model (issue 32; being moved by the engineer on topology)"
-    ),
 }
 """Circles that remain, and why; a new circle, or one of these grown, fails the test."""
 
