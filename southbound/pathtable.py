@@ -41,8 +41,9 @@ the groups of the old and new topology snapshots through a reverse index ``group
 changed, for ``ProbePlanner.reprobe``.
 
 **Where.** The table's vocabulary (keys, scope, entries, outcomes, the confidence rule,
-invalidations) is :mod:`southbound.pathentries`, re-exported here; binding's view of a table (the
-learned port source) is :mod:`southbound.learnedports`.
+invalidations) is :mod:`southbound.pathentries`, re-exported here; the walk of a trace through
+the ECMP groups is :mod:`southbound.tracewalk`; binding's view of a table (the learned port
+source) is :mod:`southbound.learnedports`.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from southbound.pathentries import _KeyState
 from southbound.ports import PORT_ORDER, port_rank
 from southbound.probing import AddressBook, Trace
 from southbound.routes import GroupKey, Middle, full_path, middle_of
+from southbound.tracewalk import group_closure, groups_along, read_trace
 from topology.errors import PathError
 from topology.index import FabricIndex
 from topology.model import Fabric
@@ -158,7 +160,7 @@ class PathTable:
         leaves = self.leaves(key)
         trivial = self._trivial.get(leaves)
         if trivial is None:
-            groups = self._closure(*leaves)
+            groups = group_closure(self._index, self._routing, *leaves)
             trivial = all(len(self._routing.next_hops(*g)) <= 1 for g in groups)
             self._trivial[leaves] = trivial
         return trivial
@@ -174,7 +176,9 @@ class PathTable:
             return Outcome.UNKNOWN_ENDPOINT
         try:
             key = self.key_of(src, dst)
-            outcome, middle = self._read(trace, src, dst)
+            outcome, middle = read_trace(
+                self._index, self._routing, self._book, self._towards, trace, src, dst
+            )
         except PathError:  # a NIC port without its one cable
             return Outcome.UNKNOWN_ENDPOINT
         if middle is None:
@@ -294,67 +298,9 @@ class PathTable:
         known = self._leaf_keys.get(leaves)
         if known is None:
             known = self._leaf_keys[leaves] = set()
-            for group in self._closure(*leaves):
+            for group in group_closure(self._index, self._routing, *leaves):
                 self._by_group.setdefault(group, set()).add(leaves)
         known.add(key)
-
-    def _closure(self, src_leaf: int, dst_leaf: int) -> set[GroupKey]:
-        routing, index = self._routing, self._index
-        seen: set[GroupKey] = set()
-        todo = [(src_leaf, False)]
-        while todo:
-            node, descending = todo.pop()
-            group_key = (node, dst_leaf, descending)
-            if node == dst_leaf or group_key in seen:
-                continue
-            seen.add(group_key)
-            for res in routing.next_hops(node, dst_leaf, descending):
-                todo.append((int(index.res_dst[res]), descending or routing.is_down(res)))
-        return seen
-
-    def _read(self, trace: Trace, src: int, dst: int) -> tuple[Outcome, Middle | None]:
-        """Walk the groups from the source leaf, letting the answers choose among members."""
-        index, routing = self._index, self._routing
-        src_leaf, dst_leaf = index.leaf_of(src), index.leaf_of(dst)
-        if trace.black_hole is not None:
-            # A router said "no route": the port leads nowhere now. An answer, not a loss;
-            # nothing is learned for it (it must not be retried as if the answer were lost).
-            return Outcome.BLACK_HOLE, None
-
-        def seen(ttl: int) -> int | None:
-            """The node that answered at ``ttl``; ``None`` if silent, -1 if not of the fabric."""
-            address = trace.at(ttl)
-            if address is None:
-                return None
-            node = self._book.node(address)
-            return -1 if node is None else node
-
-        first = seen(1)
-        if first is not None and first != src_leaf:
-            return Outcome.UNEXPECTED, None
-        node, descending = src_leaf, False
-        middle: list[int] = []
-        while node != dst_leaf:
-            group = routing.next_hops(node, dst_leaf, descending)
-            answer = seen(len(middle) + 2)
-            if answer is None:
-                if len(group) != 1:
-                    return (Outcome.INCOMPLETE if group else Outcome.UNEXPECTED), None
-                res = group[0]
-            else:
-                towards = self._towards.get(group)
-                if towards is None:
-                    towards = self._towards[group] = {int(index.res_dst[r]): r for r in group}
-                if answer not in towards:
-                    return Outcome.UNEXPECTED, None
-                res = towards[answer]
-            middle.append(res)
-            descending = descending or routing.is_down(res)
-            node = int(index.res_dst[res])
-        last = seen(len(middle) + 2)
-        if last is not None and last != dst:
-            return Outcome.UNEXPECTED, None
-        return Outcome.NEW, tuple(middle)
 
     # -- questions --------------------------------------------------------------------------
 
@@ -467,12 +413,12 @@ class PathTable:
             for key in sorted(self._leaf_keys.get(leaves, ())):
                 keys.append(key)
                 for sport, entry in sorted(self._keys[key].entries.items()):
-                    if changed_set & self._groups_along(leaves, entry.middle):
+                    if changed_set & groups_along(self._index, leaves, entry.middle):
                         self._make_stale(self._keys[key], sport, entry)
                         stale.append((key, sport))
         self._use(fabric)
         for leaves in touched:
-            for group in self._closure(*leaves):
+            for group in group_closure(self._index, self._routing, *leaves):
                 self._by_group.setdefault(group, set()).add(leaves)
         return Invalidation(tuple(changed), tuple(stale), tuple(keys))
 
@@ -519,7 +465,7 @@ class PathTable:
                     keys.add(new_key)
                     continue
                 groups_changed = False
-                for group in self._groups_along(old_leaves, entry.middle):
+                for group in groups_along(self._index, old_leaves, entry.middle):
                     node = moved(group[0])
                     after = None if node is None else (node, new_leaves[1], group[2])
                     if after is None or members(old_i, group) != members(new_i, after):
@@ -545,13 +491,3 @@ class PathTable:
                 else:
                     target.pending.add(sport)
         return new, Invalidation(tuple(sorted(changed)), tuple(stale), tuple(sorted(keys)))
-
-    def _groups_along(self, leaves: TableKey, middle: Middle) -> set[GroupKey]:
-        """The groups a packet consults along ``middle`` (from tiers: valid after a change)."""
-        index = self._index
-        descending, out = False, set()
-        for res in middle:
-            src = int(index.res_src[res])
-            out.add((src, leaves[1], descending))
-            descending = descending or bool(index.tier[index.res_dst[res]] < index.tier[src])
-        return out

@@ -21,7 +21,6 @@ target's ``poll_interval_s`` instead of streaming.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
 import threading
 import time
@@ -40,8 +39,6 @@ from southbound.observed import (
     CounterSample,
     InterfaceCounters,
     InterfaceState,
-    LldpNeighbor,
-    NeighborKind,
     OperChange,
     Problem,
     Protocol,
@@ -50,9 +47,6 @@ from southbound.observed import (
     WatchUpdate,
 )
 from southbound.snmpmib import (
-    CAP_BRIDGE,
-    CAP_ROUTER,
-    CHASSIS_MAC,
     COUNTER_COLUMNS,
     IF_ALIAS,
     IF_HIGH_SPEED,
@@ -67,31 +61,20 @@ from southbound.snmpmib import (
     LLDP_REM,
     LLDP_REM_MAN_ADDR_IF_SUBTYPE,
     OPER_STATUS,
-    PORT_ID_SUBTYPES,
     SYS_NAME,
+    TORN_REREADS,
     Rows,
     _addresses,
     _mac,
     _text,
     _torn_rows,
     _unread_oper,
+    counters_of,
+    neighbors_of,
 )
 from southbound.targets import AuthProtocol, PrivProtocol, SnmpV2c, SnmpV3, TargetConfig
 
 T = TypeVar("T")
-
-TORN_REREADS = 2
-"""How often one observation re-walks the LLDP remote table, or the interface columns, when a
-row came back torn.
-
-Columns are walked one after another (or concurrently), never in one snapshot: a neighbour
-learned, aged out or re-indexed between two walks leaves its row in some columns only (seen
-with lldpd: the port-id subtype walked before the neighbour arrived, its name after), and so
-does an interface created or removed between them. A second walk almost always reads the
-row whole; a row still torn is reported, not guessed. A poll does not re-walk: an interface
-without its ifOperStatus is left out of that poll, never reported as UNKNOWN (the fleet
-would take it for a link down, and re-plan)."""
-
 
 _AUTH = {
     AuthProtocol.MD5: hlapi.USM_AUTH_HMAC96_MD5,
@@ -368,8 +351,8 @@ class SnmpSession:
                     addresses=tuple(owned.get(if_index, ())),
                 )
             )
-        counters = self._counters(got, names)
-        neighbors = self._neighbors(got, names, problems)
+        counters = counters_of(got, names)
+        neighbors = neighbors_of(got, names, self.name, problems)
         if not got["loc_port_id"] and not got["loc_chassis"] and not got["rem_sys_name"]:
             problems.append(
                 Problem(
@@ -392,87 +375,6 @@ class SnmpSession:
             counters=counters,
             problems=tuple(problems),
         )
-
-    def _counters(
-        self, got: dict[str, Rows], names: dict[int, str]
-    ) -> dict[str, InterfaceCounters]:
-        out: dict[str, InterfaceCounters] = {}
-        for if_index, name in names.items():
-            values = {k: got[f"c_{k}"].get((if_index,)) for k in COUNTER_COLUMNS}
-            out[name] = InterfaceCounters(**{k: int(v) for k, v in values.items() if v is not None})
-        return out
-
-    def _neighbors(
-        self, got: dict[str, Rows], names: dict[int, str], problems: list[Problem]
-    ) -> list[LldpNeighbor]:
-        by_name = {n: n for n in names.values()}
-        local: dict[int, str] = {}
-        for (port_num, *_), value in got["loc_port_id"].items():
-            desc = got["loc_port_desc"].get((port_num,))
-            for candidate in (_text(value), _text(desc) if desc is not None else None):
-                if candidate in by_name:
-                    local[port_num] = candidate
-                    break
-            else:
-                if port_num in names:
-                    local[port_num] = names[port_num]
-        addresses: dict[tuple[int, ...], ipaddress.IPv4Address] = {}
-        for idx in got["man_addr"]:
-            if len(idx) == 9 and idx[3] == 1 and idx[4] == 4:
-                addresses[idx[:3]] = ipaddress.IPv4Address(bytes(idx[5:9]))
-        out = []
-        torn = _torn_rows(got)
-        for idx, missing in sorted(torn.items()):
-            problems.append(
-                Problem(
-                    target=self.name,
-                    path=f"lldpRemTable.{'.'.join(map(str, idx))}",
-                    reason=f"row read incomplete {TORN_REREADS + 1} times (no "
-                    f"{', '.join(missing)}): it changed while read, or the agent serves "
-                    "it in part; left out",
-                )
-            )
-        for idx, sys_name in sorted(got["rem_sys_name"].items()):
-            if len(idx) != 3 or idx in torn:
-                continue
-            where = f"lldpRemTable.{'.'.join(map(str, idx))}"
-            port_num = idx[1]
-            if port_num not in local:
-                problems.append(
-                    Problem(
-                        target=self.name,
-                        path=where,
-                        reason=f"local port {port_num} maps to no interface (lldpLocPortId)",
-                    )
-                )
-                continue
-            port_id = got["rem_port_id"][idx]  # present: torn rows are left out above
-            caps = bytes(got["rem_cap_enabled"].get(idx, b""))
-            kind = NeighborKind.UNKNOWN
-            if caps:
-                kind = (
-                    NeighborKind.SWITCH
-                    if caps[0] & (CAP_BRIDGE | CAP_ROUTER)
-                    else NeighborKind.HOST
-                )
-            desc = got["rem_port_desc"].get(idx)
-            chassis = got["rem_chassis"][idx]
-            subtype = PORT_ID_SUBTYPES.get(int(got["rem_port_subtype"][idx]), "")
-            chassis_kind = int(got["rem_chassis_subtype"][idx])
-            chassis_text = _mac(chassis) if chassis_kind == CHASSIS_MAC else _text(chassis)
-            out.append(
-                LldpNeighbor(
-                    local_interface=local[port_num],
-                    system_name=_text(sys_name),
-                    port_id=_mac(port_id) if subtype == "MAC_ADDRESS" else _text(port_id),
-                    port_id_type=subtype,
-                    chassis_id=chassis_text,
-                    port_description=_text(desc) if desc is not None else "",
-                    mgmt_address=addresses.get(idx),
-                    kind=kind,
-                )
-            )
-        return out
 
     # -- polling ----------------------------------------------------------------------------
 

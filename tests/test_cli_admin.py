@@ -91,3 +91,28 @@ def test_refusals_are_one_line(
 def test_an_unreachable_controller_is_exit_1() -> None:
     out = admin("127.0.0.1:1", "jobs", code=1)
     assert "127.0.0.1:1" in out
+
+
+def test_every_admin_command_takes_the_connection_options_where_they_were() -> None:
+    """The options are written once (:func:`c4p.cli.admin.dialling`); every command still
+    lists all six, in their order, right before ``--json`` (``c4p admin <command> --help``
+    read the same before and after, byte for byte)."""
+    from typer.main import get_command
+
+    from c4p.cli.admin import admin_app
+
+    group = get_command(admin_app)
+    commands = group.commands  # type: ignore[attr-defined]
+    assert len(commands) == 8, sorted(commands)
+    for name, command in commands.items():
+        names = [p.name for p in command.params]
+        at = names.index("address")
+        assert names[at : at + 7] == [
+            "address",
+            "token_file",
+            "ca_file",
+            "cert_file",
+            "key_file",
+            "server_name",
+            "json_path",
+        ], (name, names)

@@ -14,10 +14,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from topology import distances
 from topology import routing as routing_module
+from topology.distances import row_minima
 from topology.generators import generate
 from topology.model import Fabric, LinkStatus
-from topology.routing import Routing, _row_minima
+from topology.routing import Routing
 
 BASES = {
     "leaf-spine": generate("leaf-spine", leaves=4, spines=3, hosts_per_leaf=2, nics_per_host=2),
@@ -61,9 +63,9 @@ def test_distance_rows_equal_the_per_leaf_tables(
     """In bytes (every Clos) and in the 32-bit integers taken beyond 125 tier steps; also in
     slices of one or a few leaves (``PASS_CELLS`` small), as a large fabric's pass is."""
     if cells is not None:
-        monkeypatch.setattr(routing_module, "PASS_CELLS", cells)
+        monkeypatch.setattr(distances, "PASS_CELLS", cells)
     if wide:
-        monkeypatch.setattr(routing_module, "_distance_type", lambda steps: (np.int32, 1 << 30))
+        monkeypatch.setattr(distances, "distance_type", lambda steps: (np.int32, 1 << 30))
     fabric = fabric_of(name, k)
     leaves = np.arange(fabric.index.num_switches)[::-1].copy()  # not in numbering order
     batch = Routing(fabric.index)
@@ -98,7 +100,7 @@ def test_distance_type_leaves_room_above_every_distance() -> None:
     """A finite distance after ``steps`` tier steps is at most ``steps``; a step adds one to
     at most the sentinel: both must fit the type."""
     for steps in range(0, 300):
-        dtype, far = routing_module._distance_type(steps)
+        dtype, far = distances.distance_type(steps)
         assert steps < far and far + 1 <= np.iinfo(dtype).max
 
 
@@ -158,7 +160,7 @@ def test_row_minima_equal_reduceat() -> None:
     values = rng.integers(0, 50, size=(24, 5)).astype(np.int32)
     for starts in ([0, 4, 8, 12, 16, 20], [0, 1, 5, 6, 20], [0], [0, 12], [0, 23]):
         at = np.array(starts, dtype=np.int64)
-        assert _row_minima(values, at).tolist() == np.minimum.reduceat(values, at, axis=0).tolist()
+        assert row_minima(values, at).tolist() == np.minimum.reduceat(values, at, axis=0).tolist()
 
 
 def test_even_runs_give_the_minima_of_reduceat() -> None:
@@ -168,7 +170,7 @@ def test_even_runs_give_the_minima_of_reduceat() -> None:
     for starts in ([0, 4, 8, 12], [0, 1, 5, 6, 20], [0], [0, 3, 4, 9, 10, 11]):
         at = np.array(starts, dtype=np.int64)
         targets = rng.permutation(30)[:24]
-        runs = routing_module._even_runs(targets, at)
+        runs = distances.even_runs(targets, at)
         assert runs.shape[0] == len(starts)
         got = values[runs.ravel()].reshape(*runs.shape, -1).min(axis=1)
         want = np.minimum.reduceat(values[targets], at, axis=0)

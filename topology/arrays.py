@@ -20,9 +20,13 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["distinct", "spans"]
+__all__ = ["BoolArray", "FloatArray", "IntArray", "distinct", "spans"]
 
 Scalar = TypeVar("Scalar", bound=np.generic)
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
 
 
 def distinct(values: npt.NDArray[Scalar]) -> npt.NDArray[Scalar]:

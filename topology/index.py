@@ -15,27 +15,47 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain, repeat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from topology.arrays import BoolArray as BoolArray  # re-exported: imported from here
+from topology.arrays import FloatArray as FloatArray
+from topology.arrays import IntArray as IntArray
 from topology.arrays import distinct
 from topology.errors import PathError, UnknownNameError
-from topology.model import Fabric, Host, LinkStatus, Nic, NicPort, Switch
+from topology.parts import Host, Link, LinkStatus, Nic, NicPort, Switch
 
 if TYPE_CHECKING:
     from topology.routing import Routing
+
+
+class Wiring(Protocol):
+    """What the index reads of a fabric; every :class:`~topology.model.Fabric` is one.
+
+    Why a protocol and not ``Fabric``: the model validates a fabric through this index
+    (:func:`sound_index`) and keeps it as ``Fabric.index``, so the index may not import the
+    model back (they imported each other)."""
+
+    @property
+    def switches(self) -> tuple[Switch, ...]: ...
+
+    @property
+    def hosts(self) -> tuple[Host, ...]: ...
+
+    @property
+    def links(self) -> tuple[Link, ...]: ...
+
+    @property
+    def index(self) -> FabricIndex: ...
+
 
 _LINK_ENDS = operator.attrgetter("a", "b")
 _SPEED = operator.attrgetter("speed_gbps")
 _STATUS = operator.attrgetter("status")
 _DEVICE, _INTERFACE = operator.itemgetter(0), operator.itemgetter(2)
 """Columns of the links and of their ends split at ':', read by ``map``."""
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
@@ -72,7 +92,7 @@ def _port_info(host: Host, nic: Nic, port: NicPort, rail: int, number: int, node
 class FabricIndex:
     """Numbered nodes and directed resources of one fabric snapshot (immutable)."""
 
-    def __init__(self, fabric: Fabric, *, check: bool = False) -> None:
+    def __init__(self, fabric: Wiring, *, check: bool = False) -> None:
         """Number the fabric's nodes and resources.
 
         With ``check``, also ask :func:`~topology.model.is_sound`'s questions on the way (the
@@ -190,7 +210,7 @@ class FabricIndex:
     _STATUS_VIEWS = ("routing",)
     """Cached views that depend on which links are usable (the rest are cabling only)."""
 
-    def with_status(self, fabric: Fabric) -> FabricIndex:
+    def with_status(self, fabric: Wiring) -> FabricIndex:
         """This index for ``fabric``, a snapshot of the same cabling with other link statuses
         (:meth:`Fabric.with_link_status`): the numbering, names and member orders shared, the
         usable links read from ``fabric``, status-dependent views (routing) left to be built."""
@@ -335,7 +355,7 @@ class Unsound(Exception):  # noqa: N818 - a verdict, not an error: the caller di
     may find something; never leaves :func:`sound_index`."""
 
 
-def sound_index(fabric: Fabric) -> FabricIndex | None:
+def sound_index(fabric: Wiring) -> FabricIndex | None:
     """The fabric's index, or None when :func:`~topology.model.find_problems` may find a
     problem (the validator then runs it to say what and where). True answers are exact: None
     is never returned for a fabric without problems, and an index never for one with."""
@@ -345,7 +365,7 @@ def sound_index(fabric: Fabric) -> FabricIndex | None:
         return None
 
 
-def _check_addresses(fabric: Fabric, ports: list[PortInfo]) -> None:
+def _check_addresses(fabric: Wiring, ports: list[PortInfo]) -> None:
     """Every NIC port and switch address distinct, compared as (kind, integer value), which
     is how ``ipaddress`` compares them: hashing the address objects runs their Python
     ``__hash__`` (a hex string each), 20 ms at 16k GPUs."""

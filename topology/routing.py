@@ -26,26 +26,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from topology.arrays import spans
+from topology.arrays import BoolArray, IntArray, spans
+from topology.distances import Step, distance_pass, distance_type
 from topology.errors import PathError, UnreachableError
-from topology.index import BoolArray, FabricIndex, IntArray
-
-Distance = TypeVar("Distance", bound=np.integer[Any])
-"""The integers of a distance pass (see :func:`_distance_type`)."""
-
-_Step = tuple[IntArray, IntArray, IntArray]
-"""One tier of a distance pass: target switch per resource, group starts, source switches."""
+from topology.switchgraph import SwitchGraph
 
 UNREACHABLE = np.iinfo(np.int64).max // 4
 """Distance of a switch that cannot reach the destination (large, and safe to add 1 to)."""
-
-PASS_CELLS = 1 << 24
-"""Resources x leaves that one slice of :meth:`Routing._pass` gathers (16 MB of bytes)."""
 
 LOOKUP_FROM = 0.5
 """The share of a step's keys one hop from their leaf from which :meth:`Routing.groups_many`
@@ -67,54 +59,10 @@ class DestinationTable:
     counts: dict[tuple[int, bool], int] = field(default_factory=dict)
 
 
-def _row_minima(rows: npt.NDArray[Distance], starts: IntArray) -> npt.NDArray[Distance]:
-    """``np.minimum.reduceat(rows, starts, axis=0)``: the minimum of each run of rows.
-
-    Runs of one length (every switch of a tier with as many links to the next, as in the
-    generated Clos fabrics) as one reshaped minimum: reduceat down the rows of a wide matrix
-    is some ten times slower."""
-    lengths = np.diff(starts, append=len(rows))
-    if starts.size and starts[0] == 0 and bool((lengths == lengths[0]).all()) and lengths[0]:
-        minima: npt.NDArray[Distance] = rows.reshape(len(starts), int(lengths[0]), -1).min(axis=1)
-        return minima
-    return np.minimum.reduceat(rows, starts, axis=0)
-
-
-def _even_runs(targets: IntArray, starts: IntArray) -> IntArray:
-    """``targets`` in runs (from ``starts``) made one length, each short run filled up with
-    its own first target: a minimum over a run is the same with a repeat in it.
-
-    Why: :func:`_row_minima`'s reshaped minimum needs runs of one length, and one link down
-    makes one switch's run shorter; the slow path (reduceat down a wide matrix) then took the
-    ECMP baseline at 131k GPUs from 2.6 to 4.6 s. The rows of a (switches x leaves) pass are
-    then ``targets[result]`` reshaped to ``(len(starts), length, -1)``."""
-    lengths = np.diff(starts, append=len(targets))
-    length = int(lengths.max(initial=1))
-    column = np.arange(length)
-    within = np.where(column[None, :] < lengths[:, None], column[None, :], 0)
-    picked: IntArray = targets[starts[:, None] + within]
-    return picked
-
-
-def _distance_type(steps: int) -> tuple[type[np.integer[Any]], int]:
-    """The integer type and the "unreachable" sentinel of :meth:`Routing.distance_rows`'s
-    passes over ``steps`` tier steps.
-
-    A finite distance after ``k`` steps is at most ``k`` (each step sets a switch from the
-    tier before, plus one), and a step adds one to at most the sentinel, so bytes serve while
-    ``steps`` stays below the sentinel, ``0x7F``: a Clos has three tiers, at most four steps.
-    Why bytes: the passes gather whole rows of a switches x leaves matrix (2,048 x 512 on a
-    16k-GPU fat-tree) per tier, and streaming bytes instead of 32-bit integers took them from
-    63 to 11 ms there (28 to 4 ms on the 2-tier fabric; best of five, the same distances)."""
-    if steps + 1 < 0x7F:
-        return np.uint8, 0x7F
-    return np.int32, 1 << 30
-
-
 class Routing:
     """Routing state of one fabric snapshot (usable links only)."""
 
-    def __init__(self, index: FabricIndex) -> None:
+    def __init__(self, index: SwitchGraph) -> None:
         self.index = index
         tier = index.tier
         src, dst = index.res_src, index.res_dst
@@ -140,7 +88,7 @@ class Routing:
     # -- per-destination tables -------------------------------------------------------------
 
     @cached_property
-    def _tier_steps(self) -> tuple[list[_Step], list[_Step]]:
+    def _tier_steps(self) -> tuple[list[Step], list[Step]]:
         """Each tier's resources grouped by source switch, for :meth:`table`.
 
         Within a tier the order of updates does not matter (every resource leads to a tier
@@ -149,7 +97,7 @@ class Routing:
         fraction of the cost (``table`` runs once per destination leaf: 512 times at 16k GPUs).
         """
         src, dst = self.index.res_src, self.index.res_dst
-        steps: tuple[list[_Step], list[_Step]] = ([], [])
+        steps: tuple[list[Step], list[Step]] = ([], [])
         for tiers, out in ((self._down_by_tier, steps[0]), (self._up_by_tier, steps[1])):
             for rs in tiers:
                 if not rs.size:
@@ -219,50 +167,8 @@ class Routing:
         return group
 
     def _pass(self, leaves: list[int]) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
-        """``down_dist`` and ``up_dist`` toward each of ``leaves`` (distinct), one row per leaf,
-        in the narrowest integers that hold a sentinel far above any distance
-        (see :func:`_distance_type`), and that sentinel: a distance at or above it is
-        unreachable. One pass over many leaves at once (the same per-tier minima as
-        :meth:`table`, on a switches x leaves matrix: a tier's gather takes whole rows,
-        reduceat runs down columns)."""
-        down_steps, up_steps = self._tier_steps
-        dtype, far = _distance_type(len(down_steps) + len(up_steps))
-        switches = self.index.num_switches
-        down = np.empty((len(leaves), switches), dtype=dtype)
-        up = np.empty_like(down)
-        # Each step's runs made one length (see _even_runs), unless that would more than
-        # double the gather (runs of very different lengths: not a Clos tier).
-        evened = []
-        for targets, starts, sources in (*down_steps, *up_steps):
-            runs: IntArray | None = _even_runs(targets, starts)
-            if runs is not None and runs.size > 2 * len(targets):
-                runs = None
-            evened.append((targets, starts, sources, runs))
-        down_even, up_even = evened[: len(down_steps)], evened[len(down_steps) :]
-
-        def minima(matrix: npt.NDArray[Any], step: tuple[Any, ...]) -> npt.NDArray[Any]:
-            targets, starts, _, runs = step
-            if runs is None:
-                return _row_minima(matrix[targets], starts)
-            found: npt.NDArray[Any] = matrix[runs.ravel()].reshape(*runs.shape, -1).min(axis=1)
-            return found
-
-        # In slices of leaves whose gathers (a tier's resources x the slice) stay near
-        # PASS_CELLS: at 131k GPUs a tier has 131,072 resources, and all 4,096 leaves at once
-        # made 512 MB temporaries per tier (1.8 s; 0.7 s in slices, the same distances).
-        widest = max((len(t) if r is None else r.size for t, _, _, r in evened), default=1)
-        step = max(1, PASS_CELLS // max(widest, 1))
-        for k in range(0, len(leaves), step):
-            part = leaves[k : k + step]
-            d = np.full((switches, len(part)), far, dtype=dtype)
-            d[part, np.arange(len(part))] = 0
-            for tier in down_even:
-                d[tier[2]] = np.minimum(d[tier[2]], minima(d, tier) + 1)
-            u = d.copy()
-            for tier in up_even:
-                u[tier[2]] = np.minimum(u[tier[2]], minima(u, tier) + 1)
-            down[k : k + step], up[k : k + step] = d.T, u.T  # small slices: cheap to turn
-        return down, up, far
+        """:func:`topology.distances.distance_pass` over this snapshot's tier steps."""
+        return distance_pass(self._tier_steps, self.index.num_switches, leaves)
 
     def narrow_rows(self, leaves: IntArray) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
         """:meth:`distance_rows` in the pass's own narrow integers, with its sentinel (a
@@ -274,7 +180,7 @@ class Routing:
         wanted = leaves.tolist()
         distinct = list(dict.fromkeys(wanted))
         if not distinct:
-            dtype, far = _distance_type(0)
+            dtype, far = distance_type(0)
             empty = np.zeros((0, self.index.num_switches), dtype=dtype)
             return empty, empty, far
         down, up, far = self._pass(distinct)

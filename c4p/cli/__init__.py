@@ -17,18 +17,20 @@ Everything else sees the same ``app`` as before.
 
 from __future__ import annotations
 
-import time
+# isort: off
+from c4p.cli.process import STARTED as STARTED  # first: loading is timed from here
+# isort: on
 
-STARTED = time.perf_counter()
-"""When the command line started loading (``--timings`` counts imports from here)."""
+import gc
+import importlib
+import os
+import sys
+from typing import Annotated, Any
 
-import gc  # noqa: E402
-import importlib  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-from typing import Annotated, Any  # noqa: E402
+import typer
 
-import typer  # noqa: E402
+from c4p.cli.process import CLOSED_PIPE as CLOSED_PIPE
+from c4p.cli.process import ClosedPipe as ClosedPipe
 
 __all__ = ["app", "main"]
 
@@ -148,20 +150,6 @@ def main() -> None:
         code = done.code
     gc.freeze()
     _exit_at_once(code)
-
-
-CLOSED_PIPE = 141
-"""Exit status when standard output's reader went away (``c4p fabric show f.yaml | head -1``):
-128 + SIGPIPE, what the shell reports for ``cat`` or ``grep`` in the same place. Not 1 (that
-means "a finding") and not a message: the reader chose to stop reading."""
-
-
-class ClosedPipe(Exception):  # noqa: N818 - an event, not an error of the user's
-    """Standard output's reader went away (``| head -1``); :func:`run` ends quietly.
-
-    Why not ``BrokenPipeError``: typer turns any ``EPIPE`` into exit 1 ("a finding") before
-    c4p could see it, and rich's console into ``SystemExit(1)``; c4p's console
-    (:data:`c4p.cli.common.console`) and error path raise this instead."""
 
 
 def run(app: typer.Typer, args: list[str], prog_name: str = "c4p") -> int:

@@ -15,12 +15,14 @@ wrong credential) is one line and exit 2; a controller that cannot be reached is
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
 from rich.table import Table
@@ -120,6 +122,47 @@ def connected(
         client.close()
 
 
+CONNECTION = tuple(
+    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
+    for name, kind, default in (
+        ("address", Address, "127.0.0.1:50051"),
+        ("token_file", TokenFile, None),
+        ("ca_file", CaFile, None),
+        ("cert_file", CertFile, None),
+        ("key_file", KeyFile, None),
+        ("server_name", ServerName, None),
+    )
+)
+"""The options every ``c4p admin`` command dials the controller with, in the order its help
+lists them (where the command's ``client`` parameter stands)."""
+
+
+def dialling(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` as typer sees it: its ``client`` parameter replaced by the connection
+    options (:data:`CONNECTION`), and called with a client :func:`connected` by them.
+
+    Why: the eight commands took the same six options and opened the same connection, each
+    spelling them out; the options a user sees (names, help, order, defaults) stay as they
+    were, written once."""
+    hints = get_type_hints(command, localns={"AdminClient": Any}, include_extras=True)
+    shown: list[inspect.Parameter] = []
+    for parameter in inspect.signature(command).parameters.values():
+        if parameter.name == "client":
+            shown += CONNECTION
+        else:
+            shown.append(parameter.replace(annotation=hints[parameter.name]))
+
+    @functools.wraps(command)
+    def dialled(**options: Any) -> None:
+        dial = {p.name: options.pop(p.name) for p in CONNECTION}
+        with connected(**dial) as client:
+            command(client=client, **options)
+
+    dialled.__signature__ = inspect.Signature(shown, return_annotation=None)  # type: ignore[attr-defined]
+    dialled.__annotations__ = {p.name: p.annotation for p in shown}
+    return dialled
+
+
 def as_dict(message: Message) -> dict[str, Any]:
     from google.protobuf.json_format import MessageToDict
 
@@ -169,146 +212,105 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
     return table
 
 
-Run = Callable[["AdminClient"], None]
-
-
-def _run(
-    address: str,
-    token_file: Path | None,
-    ca_file: Path | None,
-    cert_file: Path | None,
-    key_file: Path | None,
-    server_name: str | None,
-    body: Run,
-) -> None:
-    with connected(address, token_file, ca_file, cert_file, key_file, server_name) as client:
-        body(client)
-
-
 @admin_app.command("jobs")
+@dialling
 def admin_jobs(
     job: Annotated[str, typer.Argument(help="Only this job.")] = "",
-    address: Address = "127.0.0.1:50051",
-    token_file: TokenFile = None,
-    ca_file: CaFile = None,
-    cert_file: CertFile = None,
-    key_file: KeyFile = None,
-    server_name: ServerName = None,
+    *,
+    client: AdminClient,
     json_path: JsonOption = None,
 ) -> None:
     """Every job (or one): state, flows, bindings, revisions, predicted bus bandwidth."""
-
-    def body(client: AdminClient) -> None:
-        reply = client.jobs(job)
-        rows = [
-            [
-                j.job_id,
-                j.tenant,
-                job_state_text(j),
-                str(j.ranks),
-                str(j.flows),
-                str(j.bound),
-                f"{j.verified}/{j.verified + j.unverified}",
-                str(j.issues),
-                f"{j.planned_revision}/{j.intent_revision}",
-                f"{j.prediction.busbw_fraction:.0%}" if j.HasField("prediction") else "",
-            ]
-            for j in reply.jobs
+    reply = client.jobs(job)
+    rows = [
+        [
+            j.job_id,
+            j.tenant,
+            job_state_text(j),
+            str(j.ranks),
+            str(j.flows),
+            str(j.bound),
+            f"{j.verified}/{j.verified + j.unverified}",
+            str(j.issues),
+            f"{j.planned_revision}/{j.intent_revision}",
+            f"{j.prediction.busbw_fraction:.0%}" if j.HasField("prediction") else "",
         ]
-        columns = ["job", "tenant", "state", "ranks", "flows", "bound", "verified", "issues",
-                   "planned/rev", "busbw"]  # fmt: skip
-        emit(
-            json_path,
-            as_dict(reply),
-            lambda: console.print(_table(f"jobs at epoch {reply.epoch}", columns, rows)),
-        )
-
-    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+        for j in reply.jobs
+    ]
+    columns = ["job", "tenant", "state", "ranks", "flows", "bound", "verified", "issues",
+               "planned/rev", "busbw"]  # fmt: skip
+    emit(
+        json_path,
+        as_dict(reply),
+        lambda: console.print(_table(f"jobs at epoch {reply.epoch}", columns, rows)),
+    )
 
 
 @admin_app.command("plan")
+@dialling
 def admin_plan(
-    address: Address = "127.0.0.1:50051",
-    token_file: TokenFile = None,
-    ca_file: CaFile = None,
-    cert_file: CertFile = None,
-    key_file: KeyFile = None,
-    server_name: ServerName = None,
+    *,
+    client: AdminClient,
     json_path: JsonOption = None,
 ) -> None:
     """The plan in force: its decision, bounds and hottest links."""
 
-    def body(client: AdminClient) -> None:
-        p = client.plan()
-        d = p.decision
+    p = client.plan()
+    d = p.decision
 
-        def render() -> None:
-            console.print(f"epoch {p.epoch}: {d.reason or 'no plan yet'}")
-            console.print(
-                f"flows {d.flows}, max utilization {d.max_utilization:.2f} "
-                f"(bound {d.bound:.2f}, gap {d.gap:.1%}), unreachable {p.unreachable}"
-            )
-            for link in p.hottest_links:
-                console.print(f"  {link}")
+    def render() -> None:
+        console.print(f"epoch {p.epoch}: {d.reason or 'no plan yet'}")
+        console.print(
+            f"flows {d.flows}, max utilization {d.max_utilization:.2f} "
+            f"(bound {d.bound:.2f}, gap {d.gap:.1%}), unreachable {p.unreachable}"
+        )
+        for link in p.hottest_links:
+            console.print(f"  {link}")
 
-        emit(json_path, as_dict(p), render)
-
-    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+    emit(json_path, as_dict(p), render)
 
 
 @admin_app.command("decisions")
+@dialling
 def admin_decisions(
     limit: Annotated[int, typer.Option(min=1, max=1000, help="How many, newest first.")] = 20,
     before: Annotated[int, typer.Option(min=0, help="Only those before this sequence.")] = 0,
-    address: Address = "127.0.0.1:50051",
-    token_file: TokenFile = None,
-    ca_file: CaFile = None,
-    cert_file: CertFile = None,
-    key_file: KeyFile = None,
-    server_name: ServerName = None,
+    *,
+    client: AdminClient,
     json_path: JsonOption = None,
     wide: WideOption = False,
 ) -> None:
     """The decision log: why each plan was made and what it changed."""
-
-    def body(client: AdminClient) -> None:
-        found = client.decisions(limit, before)
-        columns = ["seq", "epoch", "at", "result", "reason", "flows", "moved", "max util",
-                   "rewrites", "error"]  # fmt: skip
-        rows = [_decision_row(d) for d in found]
-        emit(
-            json_path,
-            {"decisions": [as_dict(d) for d in found]},
-            lambda: fitted(console, "decisions", columns, rows, wide=wide),
-        )
-
-    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+    found = client.decisions(limit, before)
+    columns = ["seq", "epoch", "at", "result", "reason", "flows", "moved", "max util",
+               "rewrites", "error"]  # fmt: skip
+    rows = [_decision_row(d) for d in found]
+    emit(
+        json_path,
+        {"decisions": [as_dict(d) for d in found]},
+        lambda: fitted(console, "decisions", columns, rows, wide=wide),
+    )
 
 
 @admin_app.command("drain")
+@dialling
 def admin_drain(
     link: Annotated[str, typer.Argument(help="'a--b', or one end 'device:interface'.")],
     reason: Annotated[str, typer.Option(help="Why (kept with the drain; shown to everyone).")],
     wait: Annotated[bool, typer.Option(help="Answer once a plan without it is in force.")] = True,
-    address: Address = "127.0.0.1:50051",
-    token_file: TokenFile = None,
-    ca_file: CaFile = None,
-    cert_file: CertFile = None,
-    key_file: KeyFile = None,
-    server_name: ServerName = None,
+    *,
+    client: AdminClient,
     json_path: JsonOption = None,
 ) -> None:
     """Take a link out of every plan (operator override, kept across restarts)."""
 
-    def body(client: AdminClient) -> None:
-        reply = client.drain(link, reason, wait=wait)
-        text = f"{reply.link_id}: {reply.effective}" + ("" if reply.changed else " (already)")
-        emit(json_path, as_dict(reply), lambda: console.print(text, highlight=False))
-
-    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+    reply = client.drain(link, reason, wait=wait)
+    text = f"{reply.link_id}: {reply.effective}" + ("" if reply.changed else " (already)")
+    emit(json_path, as_dict(reply), lambda: console.print(text, highlight=False))
 
 
 @admin_app.command("restore")
+@dialling
 def admin_restore(
     link: Annotated[str, typer.Argument(help="'a--b', or one end 'device:interface'.")],
     wait: Annotated[bool, typer.Option(help="Answer once the next plan is in force.")] = True,
@@ -319,51 +321,38 @@ def admin_restore(
             help="Also end its hold-down or flap suppression now (logged in the decisions).",
         ),
     ] = False,
-    address: Address = "127.0.0.1:50051",
-    token_file: TokenFile = None,
-    ca_file: CaFile = None,
-    cert_file: CertFile = None,
-    key_file: KeyFile = None,
-    server_name: ServerName = None,
+    *,
+    client: AdminClient,
     json_path: JsonOption = None,
 ) -> None:
     """Give a drained link back (in use after the hold-down, like any returning link; a link
     that flapped is held longer: ``--force`` ends the hold)."""
-
-    def body(client: AdminClient) -> None:
-        reply = client.restore(link, wait=wait, force=force)
-        text = f"{reply.link_id}: {reply.effective}" + ("" if reply.changed else " (already)")
-        emit(json_path, as_dict(reply), lambda: console.print(text, highlight=False))
-
-    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+    reply = client.restore(link, wait=wait, force=force)
+    text = f"{reply.link_id}: {reply.effective}" + ("" if reply.changed else " (already)")
+    emit(json_path, as_dict(reply), lambda: console.print(text, highlight=False))
 
 
 @admin_app.command("replan")
+@dialling
 def admin_replan(
     reason: Annotated[str, typer.Option(help="Why (in the decision log).")] = "operator",
     wait: Annotated[bool, typer.Option(help="Answer with the decision it made.")] = True,
-    address: Address = "127.0.0.1:50051",
-    token_file: TokenFile = None,
-    ca_file: CaFile = None,
-    cert_file: CertFile = None,
-    key_file: KeyFile = None,
-    server_name: ServerName = None,
+    *,
+    client: AdminClient,
     json_path: JsonOption = None,
 ) -> None:
     """Plan again now, even if nothing changed."""
 
-    def body(client: AdminClient) -> None:
-        reply = client.replan(reason, wait=wait)
-        d = reply.decision
-        text = f"epoch {d.epoch}: {d.reason}, moved {d.moved}" if reply.HasField("decision") else (
-            "asked"
-        )  # fmt: skip
-        emit(json_path, as_dict(reply), lambda: console.print(text, highlight=False))
-
-    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+    reply = client.replan(reason, wait=wait)
+    d = reply.decision
+    text = f"epoch {d.epoch}: {d.reason}, moved {d.moved}" if reply.HasField("decision") else (
+        "asked"
+    )  # fmt: skip
+    emit(json_path, as_dict(reply), lambda: console.print(text, highlight=False))
 
 
 @admin_app.command("watch")
+@dialling
 def admin_watch(
     job: Annotated[str, typer.Argument(help="The job to follow.")],
     interval: Annotated[
@@ -372,48 +361,41 @@ def admin_watch(
     seconds: Annotated[
         float, typer.Option("--for", min=0, help="Stop after this long (0: until Ctrl-C).")
     ] = 0.0,
-    address: Address = "127.0.0.1:50051",
-    token_file: TokenFile = None,
-    ca_file: CaFile = None,
-    cert_file: CertFile = None,
-    key_file: KeyFile = None,
-    server_name: ServerName = None,
+    *,
+    client: AdminClient,
     json_path: JsonOption = None,
 ) -> None:
     """Print a job's state each time it changes (state, revisions, bindings, epoch)."""
-
-    def body(client: AdminClient) -> None:
-        end = time.monotonic() + seconds if seconds else None
-        last: tuple[Any, ...] | None = None
-        seen: list[dict[str, Any]] = []
-        try:
-            while end is None or time.monotonic() < end:
-                reply = client.jobs(job)
-                if not reply.jobs:
-                    raise C4pError(f"job {job!r} is not registered")
-                j = reply.jobs[0]
-                now = (_state(j.state), j.intent_revision, j.planned_revision, j.bound,
-                       j.issues, j.last_change_epoch)  # fmt: skip
-                if now != last:
-                    last = now
-                    seen.append(as_dict(j))
-                    if json_path is None or str(json_path) != "-":
-                        console.print(
-                            f"{time.strftime('%H:%M:%S')} {job}: {now[0]}, revision "
-                            f"{now[2]}/{now[1]}, {now[3]} bound, {now[4]} issues, "
-                            f"epoch {now[5]}",
-                            highlight=False,
-                        )
-                time.sleep(interval)
-        except KeyboardInterrupt:
-            pass
-        if json_path is not None:
-            emit(json_path, {"changes": seen}, lambda: None)
-
-    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+    end = time.monotonic() + seconds if seconds else None
+    last: tuple[Any, ...] | None = None
+    seen: list[dict[str, Any]] = []
+    try:
+        while end is None or time.monotonic() < end:
+            reply = client.jobs(job)
+            if not reply.jobs:
+                raise C4pError(f"job {job!r} is not registered")
+            j = reply.jobs[0]
+            now = (_state(j.state), j.intent_revision, j.planned_revision, j.bound,
+                   j.issues, j.last_change_epoch)  # fmt: skip
+            if now != last:
+                last = now
+                seen.append(as_dict(j))
+                if json_path is None or str(json_path) != "-":
+                    console.print(
+                        f"{time.strftime('%H:%M:%S')} {job}: {now[0]}, revision "
+                        f"{now[2]}/{now[1]}, {now[3]} bound, {now[4]} issues, "
+                        f"epoch {now[5]}",
+                        highlight=False,
+                    )
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    if json_path is not None:
+        emit(json_path, {"changes": seen}, lambda: None)
 
 
 @admin_app.command("events")
+@dialling
 def admin_events(
     job: Annotated[str, typer.Argument(help="Only this job's events.")] = "",
     after: Annotated[int, typer.Option(min=0, help="Only events after this number.")] = 0,
@@ -421,31 +403,23 @@ def admin_events(
     seconds: Annotated[
         float, typer.Option("--for", min=0, help="With --follow: stop after this long (0: never).")
     ] = 0.0,
-    address: Address = "127.0.0.1:50051",
-    token_file: TokenFile = None,
-    ca_file: CaFile = None,
-    cert_file: CertFile = None,
-    key_file: KeyFile = None,
-    server_name: ServerName = None,
+    *,
+    client: AdminClient,
     json_path: JsonOption = None,
 ) -> None:
     """The detector's events: findings (class, element, confidence, evidence), the action
     taken or, in shadow mode, the one that would be; per-job stats."""
-
-    def body(client: AdminClient) -> None:
-        seen: list[dict[str, Any]] = []
-        quiet = json_path is not None and str(json_path) == "-"
-        try:
-            for e in client.events(after, follow, job, timeout=seconds or None):
-                seen.append(as_dict(e))
-                if not quiet:
-                    console.print(_event_line(e), highlight=False)
-        except KeyboardInterrupt:
-            pass
-        if json_path is not None:
-            emit(json_path, {"events": seen}, lambda: None)
-
-    _run(address, token_file, ca_file, cert_file, key_file, server_name, body)
+    seen: list[dict[str, Any]] = []
+    quiet = json_path is not None and str(json_path) == "-"
+    try:
+        for e in client.events(after, follow, job, timeout=seconds or None):
+            seen.append(as_dict(e))
+            if not quiet:
+                console.print(_event_line(e), highlight=False)
+    except KeyboardInterrupt:
+        pass
+    if json_path is not None:
+        emit(json_path, {"events": seen}, lambda: None)
 
 
 def _event_line(e: Any) -> str:

@@ -27,8 +27,8 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from c4p.cli import ClosedPipe
 from c4p.cli.outputs import check_outputs
+from c4p.cli.process import ClosedPipe
 from c4p.files import write_json
 from topology.errors import C4pError  # the root (c4p.errors re-exports it with the store's)
 from topology.formats import problems_of
@@ -204,7 +204,7 @@ class Timings:
     """
 
     def __init__(self) -> None:
-        from c4p.cli import STARTED
+        from c4p.cli.process import STARTED
 
         self.seconds: dict[str, float] = {"imports": time.perf_counter() - STARTED}
 

@@ -40,78 +40,19 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from c4p.controller.portmodes import Exact, Finding, issue_for, issue_of, same_topology
+from c4p.controller.portmodes import PortMode as PortMode  # re-exported (service, tests)
+from c4p.controller.portmodes import PortsSettings as PortsSettings  # re-exported (service)
+from c4p.controller.portmodes import ProbeWants as ProbeWants  # re-exported (service)
 from southbound.bindings import BindingIssue, BindingSet, IssueKind
-from southbound.pathtable import Invalidation, PathTable, Scope, TableKey
+from southbound.pathtable import PathTable, TableKey
 from southbound.ports import PortRequest, PortSource, PredictedPorts
 from southbound.probeplan import MAX_RETRIES, ProbePlanner, ProbeReport
 from southbound.probing import AddressBook, IPv4, Probe, Prober, Trace
 from southbound.routes import Middle, QpKey, QpRoute, middle_of
 from topology.errors import TopologyError
 from topology.model import Fabric
-
-
-class PortMode(StrEnum):
-    LEARNED = "learned"
-    VERIFIED = "verified"
-    PREDICTED = "predicted"
-
-
-class PortsSettings(BaseModel):
-    """``ports:`` in the controller config."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mode: PortMode | None = Field(
-        default=None, description="learned | verified | predicted (default: learned with agents)."
-    )
-    scope: Scope = Field(default=Scope.PAIR, description="pair | leaf-pair (see PathTable).")
-    attempts: int = Field(default=3, ge=1, le=20, description="Probe rounds per want.")
-    max_probes_per_round: int = Field(default=50_000, ge=1, description="Traces per round.")
-    max_traces_per_key: int = Field(
-        default=512,
-        ge=1,
-        description="Traces a round may spend per NIC pair (a path no port takes, or a black "
-        "hole, must not cost all 16,384 ports).",
-    )
-
-
-Exact = tuple[int, int, int]
-"""``(source NIC port node, destination NIC port node, source port)``."""
-
-
-@dataclass
-class ProbeWants:
-    """What the table must learn for the plans: planned paths per key, exact ports to confirm,
-    and the entries a topology change made stale."""
-
-    cover: dict[TableKey, set[Middle]] = field(default_factory=dict)
-    exact: set[Exact] = field(default_factory=set)
-    invalidations: list[Invalidation] = field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not (self.cover or self.exact or any(i.stale or i.keys for i in self.invalidations))
-
-
-@dataclass(frozen=True)
-class Finding:
-    """What a probe showed against a binding: another path than predicted, or a black hole."""
-
-    kind: IssueKind
-    text: str
-
-
-def same_topology(a: Fabric, b: Fabric) -> bool:
-    """The same links in the same order and the same switches (statuses aside): what
-    :meth:`PathTable.invalidate` can move a table across."""
-    return [(k.a, k.b) for k in a.links] == [(k.a, k.b) for k in b.links] and [
-        s.name for s in a.switches
-    ] == [s.name for s in b.switches]
 
 
 class PortLearner:
@@ -332,7 +273,7 @@ class PortLearner:
                 host = b.src.partition(":")[0]
                 if not ok and host not in agents:
                     issues.append(
-                        _issue(
+                        issue_of(
                             b,
                             IssueKind.PREDICTED,
                             f"no agent connected on host {host}: port {b.sport:#06x} is the "
@@ -343,11 +284,11 @@ class PortLearner:
             for key, where in planned.items():
                 unstable = self._unstable(snapshot, *where)
                 if unstable is not None:
-                    issues.append(_issue_for(key, unstable))
+                    issues.append(issue_for(key, unstable))
                 for finding in self._findings.get(where, ()):
-                    issues.append(_issue_for(key, finding))
+                    issues.append(issue_for(key, finding))
                 for finding in self._pair_findings.get(where[:2], ()):
-                    issues.append(_issue_for(key, finding))
+                    issues.append(issue_for(key, finding))
             for found in (*self._findings.values(), *self._pair_findings.values()):
                 notes.extend(f.text for f in found)
             notes.extend(self._notes)
@@ -408,31 +349,6 @@ class _Unlocked:
             return self.inner.trace_many(probes)
         finally:
             self.lock.acquire()
-
-
-def _issue(b: object, kind: IssueKind, reason: str) -> BindingIssue:
-    job, communicator, connection, qp = b.key  # type: ignore[attr-defined]
-    return BindingIssue(
-        job=job,
-        communicator=communicator,
-        connection=connection,
-        qp=qp,
-        kind=kind,
-        reason=reason,
-        planned=b.path,  # type: ignore[attr-defined]
-    )
-
-
-def _issue_for(key: QpKey, finding: Finding) -> BindingIssue:
-    job, communicator, connection, qp = key
-    return BindingIssue(
-        job=job,
-        communicator=communicator,
-        connection=connection,
-        qp=qp,
-        kind=finding.kind,
-        reason=finding.text,
-    )
 
 
 class LearningPorts:

@@ -41,6 +41,9 @@ of planning until their intents change, and every other job is planned as usual.
 culprit can be singled out (the failure comes from the jobs together, or from the fabric) is
 the whole step a *failed* decision: logged, nothing changes, the loop retries later.
 
+Step 4 is :mod:`c4p.controller.bindingdiff`, step 5 :mod:`c4p.controller.prediction`, the
+search for culprits :mod:`c4p.controller.quarantine`; this module runs them in order.
+
 Every number of a decision is finite before it is written (``DecisionRecord`` refuses
 ``inf``/``NaN``): a non-finite figure in the log once made ``GetDecisionLog`` fail for good.
 """
@@ -51,15 +54,25 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import Field
 
+from c4p.controller.bindingdiff import (
+    BindingDiff,
+    diff_bindings,
+    on_fabric,
+    previous_plan,
+    unchanged,
+)
+from c4p.controller.intents import PlanInputs, StepDraft
 from c4p.controller.learning import LearningPorts
+from c4p.controller.prediction import predict
+from c4p.controller.quarantine import Quarantine, without
 from c4p.controller.rewire import Rewiring
-from c4p.controller.state import ControllerState, JobInput, PlanInputs, StepDraft
+from c4p.controller.state import ControllerState
 from c4p.controller.triggers import Key, KeyKind, describe
 from c4p.store.base import (
     ControlMode,
@@ -71,14 +84,11 @@ from c4p.store.base import (
     StoreError,
 )
 from solver.planner import STRATEGIES, plan
-from solver.planning.plans import PlanFile, PlannedFlow
 from solver.planning.result import Plan
-from solver.workload.flows import Connection, Workload
+from solver.workload.flows import Workload
 from solver.workload.jobs import JobsFile
 from solver.workload.patterns import derive_workload
 from solver.yardstick.ecmp import ecmp_paths
-from solver.yardstick.evaluate import OVER_TOLERANCE, evaluate
-from solver.yardstick.evaluate import switch_resources as inner_resources
 from southbound.balance import balance_jobs
 from southbound.bindings import (
     Binding,
@@ -128,56 +138,8 @@ class StepOutcome:
     failed: bool = False
 
 
-def previous_plan(fabric: Fabric, held: dict[str, dict[QpKey, HeldBinding]]) -> Plan | None:
-    """The plan in force, rebuilt from the bindings in force (after a restart)."""
-    flows = [
-        PlannedFlow(
-            job=b.job,
-            communicator=b.communicator,
-            connection=b.connection,
-            qp=b.qp,
-            src=b.src,
-            dst=b.dst,
-            rate=b.rate,
-            path=b.path,
-        )
-        for job in sorted(held)
-        for b in (h.binding for h in held[job].values())
-    ]
-    if not flows:
-        return None
-    return Plan.from_plan_file(
-        PlanFile(fabric=fabric.name, strategy="restored", flows=flows), fabric
-    )
-
-
-def on_fabric(
-    fabric: Fabric, held: dict[str, dict[QpKey, HeldBinding]]
-) -> dict[str, dict[QpKey, HeldBinding]]:
-    """The bindings whose paths ``fabric`` has (after a re-wiring, some kept fail-static do
-    not: they cannot seed a previous plan, and their flows are placed anew)."""
-    index = fabric.index
-    out: dict[str, dict[QpKey, HeldBinding]] = {}
-    for job, bindings in held.items():
-        for key, h in bindings.items():
-            try:
-                index.path_resources(h.binding.path)
-            except TopologyError:
-                continue
-            out.setdefault(job, {})[key] = h
-    return out
-
-
 def _finite(value: float) -> float:
     return value if math.isfinite(value) else 1e9
-
-
-def _finite_or_zero(value: float | None) -> float:
-    return value if value is not None and math.isfinite(value) else 0.0
-
-
-MAX_PROBES = 64
-"""Quick plans spent looking for the jobs that make a step fail (bisection over the jobs)."""
 
 
 class Reconciler:
@@ -194,8 +156,7 @@ class Reconciler:
         self.store = store
         self.settings = settings
         self._ports_for = ports or PredictedPorts
-        self._quarantine: dict[tuple[str, int, int], str] = {}
-        """(job, incarnation, revision) -> why its intents cannot be planned (until they change)."""
+        self._quarantine = Quarantine()
         self._snapshot_key: tuple[Any, ...] | None = None
         self._snapshot = state.fabric
         self._ports: PortSource | None = None
@@ -219,7 +180,9 @@ class Reconciler:
             self._deviations = fresh
         return changed
 
-    def _deviation_issues(self, inputs: PlanInputs, diff: _Diff) -> dict[str, list[BindingIssue]]:
+    def _deviation_issues(
+        self, inputs: PlanInputs, diff: BindingDiff
+    ) -> dict[str, list[BindingIssue]]:
         """The counter check's issues of QPs whose binding this step keeps as it is (a QP
         bound anew is judged afresh by the next check)."""
         with self._deviations_lock:
@@ -230,7 +193,7 @@ class Reconciler:
             for i in issues:
                 key = (i.job, i.communicator, i.connection, i.qp)
                 old, new = held.get(key), diff.bound.get(key)
-                if old is not None and new is not None and _unchanged(old, new):
+                if old is not None and new is not None and unchanged(old, new):
                     out.setdefault(job, []).append(i)
         return out
 
@@ -278,17 +241,19 @@ class Reconciler:
             self.state.covered(inputs.revision)
             return None
         epoch = inputs.epoch + 1
-        planned = self._without_quarantined(inputs)
+        planned = self._quarantine.apply(inputs)
         base = self._base(planned, keys, now, epoch, rewiring)
         culprits: dict[str, str] = {}
         try:
             try:
                 draft, result = self._draft(planned, base, epoch)
             except Exception as exc:
-                culprits = self._culprits(planned, base, epoch, exc)
+                culprits = self._quarantine.culprits(
+                    planned, exc, lambda trial: self._draft(trial, base, epoch, budget=0.0)
+                )
                 if not culprits:
                     raise
-                planned = self._without(planned, culprits)
+                planned = without(planned, culprits)
                 base = self._base(planned, keys, now, epoch, rewiring)
                 draft, result = self._draft(planned, base, epoch)
             decision, changed = self.state.commit(self.store, draft)
@@ -342,72 +307,6 @@ class Reconciler:
             ),
             jobs_off=tuple(j.job_id for j in inputs.jobs if j.mode is ControlMode.OFF),
         )
-
-    # -- isolating the jobs that cannot be planned -----------------------------------------------
-
-    def _without_quarantined(self, inputs: PlanInputs) -> PlanInputs:
-        """``inputs`` without the jobs whose current intents are known not to plan."""
-        current = {(j.job_id, j.incarnation, j.revision) for j in inputs.jobs}
-        self._quarantine = {k: v for k, v in self._quarantine.items() if k in current}
-        skip = {k[0] for k in self._quarantine}
-        return self._without(inputs, skip) if skip else inputs
-
-    @staticmethod
-    def _without(inputs: PlanInputs, jobs: Iterable[str]) -> PlanInputs:
-        """The plan inputs without ``jobs`` (their bindings in force stay, untouched)."""
-        gone = set(jobs)
-        return replace(inputs, jobs=tuple(j for j in inputs.jobs if j.job_id not in gone))
-
-    def _culprits(
-        self, inputs: PlanInputs, base: DecisionRecord, epoch: int, error: Exception
-    ) -> dict[str, str]:
-        """The jobs whose intents make planning fail, found by bisection (empty: none can be
-        singled out); each is quarantined at its current revision with the reason."""
-        candidates = [j for j in inputs.jobs if j.spec is not None]
-        probes = 0
-
-        def plans(jobs: list[JobInput]) -> bool:
-            nonlocal probes
-            probes += 1
-            try:
-                self._draft(replace(inputs, jobs=tuple(jobs)), base, epoch, budget=0.0)
-            except Exception:
-                return False
-            return True
-
-        def search(jobs: list[JobInput]) -> list[JobInput]:
-            if len(jobs) == 1:
-                return jobs
-            half = len(jobs) // 2
-            found: list[JobInput] = []
-            for part in (jobs[:half], jobs[half:]):
-                if probes < MAX_PROBES and not plans(part):
-                    found += search(part)
-            return found
-
-        if len(candidates) < 1:
-            return {}
-        bad = search(candidates) if len(candidates) > 1 else candidates
-        if not bad or (len(bad) == len(candidates) and len(candidates) > 1):
-            return {}  # the jobs fail together, or the failure is not theirs
-        if len(candidates) == 1 and not self._fails_alone(inputs, base, epoch):
-            return {}
-        why = f"its intents cannot be planned ({type(error).__name__}: {error})"[:500]
-        for job in bad:
-            self._quarantine[(job.job_id, job.incarnation, job.revision)] = why
-            log.warning(
-                "job cannot be planned",
-                extra={"event": "job-unplannable", "job": job.job_id, "error": why},
-            )
-        return {job.job_id: why for job in bad}
-
-    def _fails_alone(self, inputs: PlanInputs, base: DecisionRecord, epoch: int) -> bool:
-        """With one job: is it the job (planning with no jobs works) or the fabric?"""
-        try:
-            self._draft(replace(inputs, jobs=()), base, epoch, budget=0.0)
-        except Exception:
-            return False
-        return True
 
     def _rewired(self, rewiring: Rewiring) -> None:
         """A new snapshot is in force: every cache of the old one goes (the port source is
@@ -487,7 +386,7 @@ class Reconciler:
             bound, fallbacks, unbound = bset.bindings, len(bset.fallbacks), len(bset.unbound)
             for issue in bset.issues:
                 issues_by_job.setdefault(issue.job, []).append(issue)
-        draft = self._diff(inputs, workload, bound, epoch)
+        draft = diff_bindings(inputs, workload, bound)
         for job, found in self._deviation_issues(inputs, draft).items():
             issues_by_job.setdefault(job, []).extend(found)
         predictions: dict[str, JobPredictionRecord] = {}
@@ -495,7 +394,8 @@ class Reconciler:
         over: tuple[int, int] = (0, 0)
         if workload is not None and self.settings.predict:
             moved = result.moved if result is not None else ()
-            predictions, hottest, over = self._predict(snapshot, workload, inputs, draft, moved)
+            ecmp = self._ecmp_paths(snapshot, workload)
+            predictions, hottest, over = predict(snapshot, workload, inputs, draft, moved, ecmp)
         decision = base
         if result is not None:
             decision = base.model_copy(
@@ -547,103 +447,6 @@ class Reconciler:
             result,
         )
 
-    def _diff(
-        self,
-        inputs: PlanInputs,
-        workload: Workload | None,
-        bound: Sequence[Binding],
-        epoch: int,
-    ) -> _Diff:
-        """Per job: what to push and what to withdraw."""
-        conns: dict[tuple[str, str, int], Connection] = {}
-        wanted: dict[str, set[QpKey]] = {}
-        modes = {j.job_id: j.mode for j in inputs.jobs}
-        if workload is not None:
-            conns = {(c.job, c.communicator, c.index): c for c in workload.connections}
-            for f in workload.flows:
-                if modes.get(f.job) is ControlMode.ACTIVE:  # only these hold bindings in force
-                    wanted.setdefault(f.job, set()).add((f.job, f.communicator, f.connection, f.qp))
-        diff = _Diff({}, {}, {}, {}, {})
-        for b in bound:
-            c = conns[(b.job, b.communicator, b.connection)]
-            fresh = HeldBinding(
-                binding=b, src_rank=c.src_rank, dst_rank=c.dst_rank, channel=c.channel
-            )
-            diff.bound[b.key] = fresh
-            if modes.get(b.job) is ControlMode.SHADOW:
-                diff.shadow.setdefault(b.job, {})[b.key] = fresh
-                old = inputs.shadow.get(b.job, {}).get(b.key)
-            else:
-                old = inputs.held.get(b.job, {}).get(b.key)
-            if old is None or not _unchanged(old, fresh):
-                diff.pushed[b.job] = diff.pushed.get(b.job, 0) + 1
-                if modes.get(b.job) is ControlMode.ACTIVE:
-                    diff.upserts.setdefault(b.job, []).append(fresh)
-        for job in inputs.jobs:
-            if job.job_id in inputs.unplaced:
-                continue  # left out of the plan: its bindings stay in force (fail-static)
-            keep = wanted.get(job.job_id, set())
-            gone = [k for k in inputs.held.get(job.job_id, {}) if k not in keep]
-            if gone:
-                diff.removals[job.job_id] = sorted(gone)
-        if inputs.rewiring is not None:
-            _untouched_stay(inputs, inputs.rewiring, diff)
-        return diff
-
-    def _predict(
-        self,
-        snapshot: Fabric,
-        workload: Workload,
-        inputs: PlanInputs,
-        diff: _Diff,
-        moved: Sequence[str],
-    ) -> tuple[dict[str, JobPredictionRecord], tuple[str, ...], tuple[int, int]]:
-        """Max-min fair rates on the paths the bindings realize (unbound QPs: their binding
-        in force if any, else no path) and on ECMP paths (the kernel's ports for QP numbers
-        drawn from the planner's seed); per job and in all, the links over line rate either
-        way; and the hottest links, for the decision log."""
-        index = snapshot.index
-        paths: list[tuple[int, ...]] = []
-        for f in workload.flows:
-            key = (f.job, f.communicator, f.connection, f.qp)
-            held = diff.bound.get(key) or inputs.held.get(f.job, {}).get(key)
-            try:
-                paths.append(index.path_resources(held.binding.path) if held else ())
-            except TopologyError:
-                paths.append(())
-        evaluation = evaluate(snapshot, workload, paths, top=5)
-        ecmp = self._ecmp_paths(snapshot, workload)
-        baseline = evaluate(snapshot, workload, ecmp, top=1)
-        over_planned = over_line_rate(snapshot, workload, paths)
-        over_ecmp = over_line_rate(snapshot, workload, ecmp)
-        crossed_planned = _crossed(workload, paths, over_planned)
-        crossed_ecmp = _crossed(workload, ecmp, over_ecmp)
-        moved_by_job: dict[str, int] = {}
-        for flow_id in moved:
-            job = flow_id.partition("/")[0]
-            moved_by_job[job] = moved_by_job.get(job, 0) + 1
-        ecmp_busbw = {j.job: j.busbw_gbps or 0.0 for j in baseline.jobs}
-        modes = {j.job_id: j.mode for j in inputs.jobs}
-        hottest = tuple(f"{h.name}: {h.utilization:.2f}" for h in evaluation.hottest)
-        predictions = {
-            j.job: JobPredictionRecord(
-                job_id=j.job,
-                busbw_gbps=_finite_or_zero(j.busbw_gbps),
-                line_rate_gbps=_finite_or_zero(j.line_rate_gbps),
-                busbw_fraction=_finite_or_zero(j.busbw_fraction),
-                slowest_communicator=j.slowest_communicator or "",
-                control=modes[j.job],
-                ecmp_busbw_gbps=ecmp_busbw.get(j.job, 0.0),
-                moved=moved_by_job.get(j.job, 0),
-                bindings_pushed=diff.pushed.get(j.job, 0),
-                links_over_ecmp=len(crossed_ecmp.get(j.job, ())),
-                links_over_planned=len(crossed_planned.get(j.job, ())),
-            )
-            for j in evaluation.jobs
-            if j.busbw_fraction is not None
-        }
-        return predictions, hottest, (len(over_ecmp), len(over_planned))
-
     def _ecmp_paths(self, snapshot: Fabric, workload: Workload) -> list[tuple[int, ...]]:
         """Each flow's path under ECMP (``solver.yardstick.ecmp.ecmp_paths``), new flows only."""
         missing = [f for f in workload.flows if f.id not in self._ecmp]
@@ -672,89 +475,3 @@ def _unplaced_issues(job: str, why: str, held: dict[QpKey, HeldBinding]) -> list
         )
         for _, c, n, q in keys
     ]
-
-
-def _untouched_stay(inputs: PlanInputs, rewiring: Rewiring, diff: _Diff) -> None:
-    """On the step that swapped a snapshot in, a job the change does not touch keeps every
-    binding it holds (zero churn: the planner may have moved its flows to make room, which the
-    touched jobs do without); its new or withdrawn QPs (intents changed meanwhile) still go."""
-    for job, upserts in list(diff.upserts.items()):
-        if job in rewiring.touched:
-            continue
-        held = inputs.held.get(job, {})
-        kept = [h for h in upserts if h.key not in held]
-        for h in upserts:
-            if h.key in held:
-                diff.bound[h.key] = held[h.key]
-        if kept:
-            diff.upserts[job] = kept
-        else:
-            del diff.upserts[job]
-        diff.pushed[job] = len(kept)
-
-
-def _unchanged(old: HeldBinding, new: HeldBinding) -> bool:
-    """Everything a client sees is the same (the epoch aside)."""
-    a, b = old.binding, new.binding
-    return (
-        a.applies_same(b)
-        and a.path == b.path
-        and a.rate == b.rate
-        and a.verified == b.verified
-        and (old.src_rank, old.dst_rank, old.channel) == (new.src_rank, new.dst_rank, new.channel)
-    )
-
-
-def over_line_rate(
-    fabric: Fabric, workload: Workload, paths: Sequence[Sequence[int] | None]
-) -> set[int]:
-    """Switch-to-switch link directions whose *offered* load exceeds their line rate.
-
-    Offered load: every NIC port sends at its own line rate (the speed of its first link),
-    shared over the QPs leaving it in proportion to their ``rate``; a link direction is over
-    line rate when the QPs crossing it offer more than its speed. This is what "a collision"
-    means on the wire (two full-rate QPs on one link), independent of how the planner
-    normalizes load."""
-    index = fabric.index
-    share: dict[str, float] = {}
-    for f in workload.flows:
-        share[f.src] = share.get(f.src, 0.0) + f.rate
-    inner = {int(r) for r in inner_resources(fabric)}
-    offered: dict[int, float] = {}
-    for f, path in zip(workload.flows, paths, strict=True):
-        if not path:
-            continue
-        rate = float(index.res_capacity[path[0]]) * f.rate / share[f.src]
-        for r in path:
-            if r in inner:
-                offered[r] = offered.get(r, 0.0) + rate
-    return {
-        r
-        for r, load in offered.items()
-        if load > float(index.res_capacity[r]) * (1.0 + OVER_TOLERANCE)
-    }
-
-
-def _crossed(
-    workload: Workload, paths: Sequence[Sequence[int] | None], hot: set[int]
-) -> dict[str, set[int]]:
-    """Per job: the resources of ``hot`` its flows cross."""
-    out: dict[str, set[int]] = {}
-    if not hot:
-        return out
-    for f, path in zip(workload.flows, paths, strict=True):
-        found = hot.intersection(path or ())
-        if found:
-            out.setdefault(f.job, set()).update(found)
-    return out
-
-
-@dataclass
-class _Diff:
-    upserts: dict[str, list[HeldBinding]]
-    removals: dict[str, list[QpKey]]
-    bound: dict[QpKey, HeldBinding]
-    shadow: dict[str, dict[QpKey, HeldBinding]]
-    """Per shadow job: its planned bindings (never pushed)."""
-    pushed: dict[str, int]
-    """Per job: QPs whose binding is pushed (active) or would be (shadow)."""

@@ -34,21 +34,24 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections import Counter
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
+from c4p.controller.intents import IntentState as IntentState  # re-exported: imported from here
+from c4p.controller.intents import JobEntry, JobInput, PlanInputs, placed
+from c4p.controller.intents import JobUpdate as JobUpdate
+from c4p.controller.intents import StepDraft as StepDraft
+from c4p.controller.intents import placement_problems as placement_problems
+from c4p.controller.intents import placement_spec as placement_spec
+from c4p.controller.linkstate import LinkState
 from c4p.controller.modes import RolloutSettings, resolve
 from c4p.controller.rewire import Rewiring, link_number_map, touched_jobs, wiring_digest
-from c4p.controller.triggers import FlapSettings, LinkTracker
+from c4p.controller.triggers import FlapSettings
 from c4p.store.base import (
     CommunicatorRecord,
     ControlMode,
     DecisionRecord,
     EpochCommit,
     HeldBinding,
-    JobPredictionRecord,
     JobRecord,
     LinkOverride,
     ModeSource,
@@ -56,191 +59,14 @@ from c4p.store.base import (
     Store,
     StoredState,
 )
-from solver.errors import JobError
 from solver.workload.jobs import (
-    CommunicatorSpec,
-    JobsFile,
-    JobSpec,
     RankNic,
-    find_job_problems,
-    job_ranks,
 )
-from southbound.bindings import BindingIssue
 from southbound.routes import QpKey
-from topology.errors import TopologyError
 from topology.model import Fabric, LinkStatus
 
-PLACEMENT_ONLY = (CommunicatorSpec(id="placement-check"),)
-"""A stand-in communicator: ``JobSpec`` needs one, placement checks do not look at it."""
 
-
-class IntentState(StrEnum):
-    """Where a job's intents stand (ONOS: INSTALL_REQ -> INSTALLED / FAILED -> WITHDRAWN)."""
-
-    REGISTERED = "registered"
-    INSTALL_REQ = "install-req"
-    INSTALLED = "installed"
-    DEGRADED = "degraded"
-    FAILED = "failed"
-    WITHDRAWN = "withdrawn"
-    BOUND_UNVERIFIED = "bound-unverified"
-    """Every QP bound as planned, but not every binding was seen on its path by a probe (and
-    the operator did not choose predicted ports): the hash model is not the network."""
-
-
-def placement_spec(record: JobRecord) -> JobSpec:
-    return JobSpec(
-        id=record.job_id,
-        priority=record.priority,
-        hosts=record.hosts,
-        ranks=record.ranks,
-        communicators=PLACEMENT_ONLY,
-    )
-
-
-def placement_problems(fabric: Fabric, record: JobRecord) -> list[tuple[str, str]]:
-    """Placement problems with API field paths (``hosts[3]``, ``ranks[0].nic``)."""
-    found = find_job_problems(fabric, JobsFile(jobs=(placement_spec(record),)))
-    return [(path.removeprefix("jobs[0]").lstrip("."), reason) for path, reason in found]
-
-
-def _placed(fabric: Fabric, record: JobRecord) -> tuple[tuple[RankNic, ...], str]:
-    """The job's ranks on ``fabric``, or ``()`` and why they do not fit (a NIC gone or not
-    cabled after a wiring change): such a job is not planned, its bindings stay in force."""
-    found = placement_problems(fabric, record)
-    if found:
-        return (), "; ".join(f"{path}: {reason}" for path, reason in found[:3])
-    try:
-        return job_ranks(fabric, placement_spec(record)), ""
-    except JobError as exc:
-        return (), str(exc)
-
-
-@dataclass
-class JobEntry:
-    """One registered job as the controller holds it."""
-
-    record: JobRecord
-    ranks: tuple[RankNic, ...]
-    communicators: dict[str, CommunicatorRecord] = field(default_factory=dict)
-    planned_revision: int = 0
-    failed: bool = False
-    issues: tuple[BindingIssue, ...] = ()
-    prediction: JobPredictionRecord | None = None
-    event_epoch: int = 0
-    """The last epoch that changed anything this job's streams show."""
-    reason: str = ""
-    control: ControlMode = ControlMode.ACTIVE
-    """The control mode of the last committed plan (what the job's streams show)."""
-    verified: int = 0
-    """QPs whose binding (in force, or planned for a shadow job) a probe saw on its path."""
-    unverified: int = 0
-    """QPs bound on the hash model's or the table's word only."""
-    predicted: bool = False
-    """The operator chose predicted ports (``ports.mode: predicted``): the model's word is
-    what was asked for, so an unverified binding still counts as installed."""
-
-    @property
-    def state(self) -> IntentState:
-        """Honest states: ``INSTALLED`` means every QP bound as planned *and* either seen on
-        its path by a probe or bound in the predicted mode the operator chose; bound but not
-        all seen is ``BOUND_UNVERIFIED`` (a lab once showed 27 of 32 predicted ports off plan
-        under a job that said installed)."""
-        if self.failed:
-            return IntentState.FAILED
-        if not self.communicators:
-            return IntentState.REGISTERED
-        if self.planned_revision < self.record.revision:
-            return IntentState.INSTALL_REQ
-        if self.issues:
-            return IntentState.DEGRADED
-        if self.unverified and not self.predicted:
-            return IntentState.BOUND_UNVERIFIED
-        return IntentState.INSTALLED
-
-    @property
-    def flows(self) -> int:
-        return sum(c.flows for c in self.communicators.values())
-
-    def spec(self) -> JobSpec | None:
-        """The job with its communicators (by id), or ``None`` while it has none."""
-        if not self.communicators:
-            return None
-        return JobSpec(
-            id=self.record.job_id,
-            priority=self.record.priority,
-            hosts=self.record.hosts,
-            ranks=self.record.ranks,
-            communicators=tuple(self.communicators[c].spec for c in sorted(self.communicators)),
-        )
-
-
-@dataclass(frozen=True)
-class JobInput:
-    job_id: str
-    incarnation: int
-    revision: int
-    spec: JobSpec | None
-    mode: ControlMode = ControlMode.ACTIVE
-
-
-@dataclass(frozen=True)
-class PlanInputs:
-    """A consistent copy of what a reconcile step plans from."""
-
-    epoch: int
-    fingerprint: str
-    last_fingerprint: str
-    revision: int
-    link_status: dict[int, LinkStatus]
-    jobs: tuple[JobInput, ...]
-    held: dict[str, dict[QpKey, HeldBinding]]
-    shadow: dict[str, dict[QpKey, HeldBinding]] = field(default_factory=dict)
-    rewiring: Rewiring | None = None
-    """Set on the step that swapped a new fabric snapshot in (see :meth:`swap_fabric`)."""
-    unplaced: dict[str, str] = field(default_factory=dict)
-    """Jobs whose NICs the fabric in force lacks (after a swap): left out, bindings kept."""
-    forwarding: dict[int, LinkStatus] | None = None
-    """The links the *switches* do not forward over (observed down or drained on the switch),
-    without operator drains or hold-downs: what the hash model forwards with. ``None``: as
-    ``link_status``. See :meth:`ControllerState.forwarding_links`."""
-
-
-@dataclass(frozen=True)
-class JobUpdate:
-    """What a stream sends: a full set or the differences since an epoch."""
-
-    job_id: str
-    epoch: int
-    full: bool
-    bindings: tuple[HeldBinding, ...]
-    removed: tuple[QpKey, ...]
-    intent_revision: int
-    state: IntentState
-    issues: tuple[BindingIssue, ...]
-    reason: str
-    control: ControlMode = ControlMode.ACTIVE
-
-    @property
-    def empty(self) -> bool:
-        return not (self.full or self.bindings or self.removed)
-
-
-@dataclass(frozen=True)
-class StepDraft:
-    """A planned step before its commit: per job, what to write (see :meth:`commit`)."""
-
-    inputs: PlanInputs
-    decision: DecisionRecord
-    upserts: dict[str, list[HeldBinding]]
-    removals: dict[str, list[QpKey]]
-    issues: dict[str, tuple[BindingIssue, ...]]
-    predictions: dict[str, JobPredictionRecord]
-    shadow: dict[str, dict[QpKey, HeldBinding]] = field(default_factory=dict)
-    """Per shadow job: its whole binding set as planned (never pushed)."""
-
-
-class ControllerState:
+class ControllerState(LinkState):
     """See the module docstring. ``lock`` guards every attribute."""
 
     def __init__(
@@ -263,17 +89,7 @@ class ControllerState:
         self.wiring = wiring_digest(fabric)
         self.offered: Fabric | None = None
         """A re-discovered snapshot waiting for the next step (:meth:`offer_fabric`)."""
-        self.tracker = LinkTracker(flap)
-        for i, link in enumerate(fabric.links):
-            if link.status is not LinkStatus.UP:
-                self.tracker.seed(i, link.status, now)
-        self.operator = LinkTracker(flap)
-        """Operator drains, damped like observed events (see the module docstring)."""
-        for link_id in stored.overrides:
-            try:
-                self.operator.seed(fabric.index.link_number(link_id), LinkStatus.DRAINED, now)
-            except TopologyError:  # drained, then re-cabled away: the drain stays stored
-                continue
+        LinkState.__init__(self, fabric, stored.overrides, flap, now)
         self.tombstone_horizon = tombstone_horizon
         self.epoch = stored.epoch
         self.fingerprint = stored.fingerprint
@@ -286,13 +102,12 @@ class ControllerState:
         self.overrides = dict(stored.overrides)
         self.held = {job: dict(b) for job, b in stored.bindings.items()}
         self.tombstones = {job: dict(t) for job, t in stored.tombstones.items()}
-        self.link_jobs: dict[int, Counter[str]] = {}
         self.jobs: dict[str, JobEntry] = {}
         planned = stored.last_planned.job_revisions if stored.last_planned else {}
         self.unplaced: dict[str, str] = {}
         """Per job whose NICs the fabric in force lacks, why (set by :meth:`swap_fabric`)."""
         for job_id, record in stored.jobs.items():
-            ranks, why = _placed(fabric, record)
+            ranks, why = placed(fabric, record)
             if why:  # a NIC gone while we were down: bindings kept, binding issues
                 self.unplaced[job_id] = why
             entry = JobEntry(record, ranks)
@@ -361,41 +176,6 @@ class ControllerState:
             self.rollback = rollback
             return self.bump()
 
-    # -- the reverse index ---------------------------------------------------------------------
-
-    def _links_of(self, held: HeldBinding) -> list[int]:
-        index = self.fabric.index
-        nodes = [index.node_of.get(n, -1) for n in held.binding.path]
-        out = []
-        for u, v in zip(nodes, nodes[1:], strict=False):
-            res = index.resource_between.get((u, v))
-            if res is not None:
-                out.append(res // 2)
-        return out
-
-    def _index(self, job_id: str, held: HeldBinding, sign: int) -> None:
-        for link in self._links_of(held):
-            counter = self.link_jobs.setdefault(link, Counter())
-            counter[job_id] += sign
-            if counter[job_id] <= 0:
-                del counter[job_id]
-
-    def jobs_on_links(self, links: list[int]) -> list[str]:
-        """Jobs with QPs across ``links``: bindings in force (the index), and shadow jobs'
-        planned bindings (scanned: a shadow job's failure is a prediction worth reporting, and
-        links fail rarely)."""
-        with self.lock:
-            found: set[str] = set()
-            for link in links:
-                found.update(self.link_jobs.get(link, {}))
-            wanted = set(links)
-            for job, held in self.shadow.items():
-                if job not in found and any(
-                    wanted.intersection(self._links_of(h)) for h in held.values()
-                ):
-                    found.add(job)
-            return sorted(found)
-
     # -- mutations (the intake calls these; each writes the store first) -----------------------
 
     def bump(self) -> int:
@@ -457,55 +237,7 @@ class ControllerState:
                 self.operator.observe(number, LinkStatus.DRAINED, now)
             return self.bump()
 
-    def observe_link(self, link: int, status: LinkStatus, now: float) -> bool:
-        with self.lock:
-            changed = self.tracker.observe(link, status, now)
-            if changed:
-                self.bump()
-            return changed
-
     # -- planning -----------------------------------------------------------------------------
-
-    def effective_links(self, now: float) -> dict[int, LinkStatus]:
-        with self.lock:
-            status = self.tracker.effective(now)
-            for link in self.operator.effective(now):  # drained, or restored but held
-                status[link] = LinkStatus.DRAINED
-            return status
-
-    def forwarding_links(self) -> dict[int, LinkStatus]:
-        """The links the switches themselves leave out of their ECMP groups: observed (or
-        declared) not up. An operator drain (``DrainLink``) is a planning decision: the switch
-        still hashes over the link, so port synthesis must too, or the ports of QPs whose paths
-        did not change get rewritten and some land on the drained link (issue 30). A link held
-        down by flap damping is back in the switch's group as well."""
-        with self.lock:
-            return {
-                link: h.observed
-                for link, h in self.tracker.histories().items()
-                if h.observed is not LinkStatus.UP
-            }
-
-    def next_link_change(self, now: float) -> float | None:
-        """When a held link (observed or operator-restored) becomes usable next."""
-        with self.lock:
-            times = [t.next_change(now) for t in (self.tracker, self.operator)]
-        found = [t for t in times if t is not None]
-        return min(found) if found else None
-
-    def release_operator_hold(self, link: int, now: float) -> bool:
-        """An operator forced a restore: end the hold-down or flap suppression of a restored
-        link now (only in memory, like the damping history itself). ``True`` if it was held."""
-        with self.lock:
-            if not self.operator.release(link, now):
-                return False
-            self.bump()
-            return True
-
-    def operator_held(self, link: int, now: float) -> bool:
-        """Restored by an operator but not yet back in use (hold-down or suppressed)."""
-        with self.lock:
-            return self.operator.held(link, now)
 
     def plan_inputs(self, now: float, rewiring: Rewiring | None = None) -> PlanInputs:
         with self.lock:
@@ -566,19 +298,7 @@ class ControllerState:
             hosts = {job: {p for r in e.ranks for p in r.ports} for job, e in self.jobs.items()}
             rewiring = touched_jobs(old, new, paths, hosts)
             moved = link_number_map(old, new)
-            tracker = LinkTracker(self.tracker.settings)
-            for number, link in enumerate(new.links):
-                if link.status is not LinkStatus.UP:
-                    tracker.seed(number, link.status, now)
-            for old_number, history in self.tracker.histories().items():
-                if old_number in moved and moved[old_number] not in tracker.histories():
-                    tracker.adopt(moved[old_number], history)
-            self.tracker = tracker
-            operator = LinkTracker(self.operator.settings)  # drains follow their cables too
-            for old_number, history in self.operator.histories().items():
-                if old_number in moved:
-                    operator.adopt(moved[old_number], history)
-            self.operator = operator
+            self._carry_links(new, moved, now)
             self.fabric = new
             self.wiring = digest
             self.link_jobs = {}
@@ -587,7 +307,7 @@ class ControllerState:
                     self._index(job_id, h, +1)
             self.unplaced = {}
             for job_id, entry in self.jobs.items():
-                ranks, why = _placed(new, entry.record)
+                ranks, why = placed(new, entry.record)
                 if why:  # a NIC is gone: the step reports the job's QPs as binding issues
                     self.unplaced[job_id] = why
                 else:

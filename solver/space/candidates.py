@@ -28,13 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topology.index import FabricIndex, IntArray
+from topology.index import FabricIndex, IntArray, Wiring
 from topology.model import Fabric
 
 __all__ = ["Candidates", "filtered_table", "pair_candidates", "same_wiring", "two_tier_table"]
 
 
-def same_wiring(a: Fabric, b: Fabric) -> bool:
+def same_wiring(a: Wiring, b: Wiring) -> bool:
     """True when both snapshots number nodes and resources alike (statuses may differ)."""
     if a is b:
         return True
@@ -57,7 +57,7 @@ class Candidates:
     table: IntArray
     hops: IntArray
 
-    def reusable_on(self, fabric: Fabric) -> bool:
+    def reusable_on(self, fabric: Wiring) -> bool:
         """True when ``fabric`` numbers links alike and no link is usable that was not: then
         each pair's equal-cost paths are its old ones over usable links, if any remain (a
         shortest path can only lengthen when links go away)."""

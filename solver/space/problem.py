@@ -33,7 +33,13 @@ import numpy as np
 
 from solver.errors import PlanError
 from solver.space.candidates import Candidates, filtered_table
-from solver.space.labels import TwoHopGroups, _same_rows
+from solver.space.labels import (
+    TwoHopGroups,
+    pair_entries,
+    resource_labels,
+    two_hop_graph,
+    two_hop_groups,
+)
 from solver.space.labels import propagate as propagate
 from solver.space.tabulate import SAME_LEAF as SAME_LEAF
 from solver.space.tabulate import UNREACHABLE as UNREACHABLE
@@ -319,70 +325,26 @@ class Problem:
         return res, owner, self.num_pairs, self.pad
 
     def _two_hop_graph(self) -> tuple[IntArray, IntArray, int, int] | None:
-        """The pair-resource graph of a two-tier table, compressed; ``None`` where a pair's
-        candidates are not all two hops (up a source-leaf link, down into the destination
-        leaf).
-
-        Owners are the pairs, then groups of pairs with the same up-links (in candidate
-        order), then groups with the same down-links; nodes are the resources and the pad,
-        then one per pair, which the pair and its two groups own, and a group owns its
-        links. Two pairs share a resource exactly when they share a group's link, so the
-        components are the same, with a few entries per pair and one per group and link
-        instead of two per candidate. Why: the full graph of a 16,384-GPU rail-optimized
-        fabric is a million entries, and propagating labels over it was 65-70 ms of every
-        re-plan."""
+        """The pair-resource graph of a two-tier table, compressed (:func:`two_hop_graph`);
+        ``None`` where a pair's candidates are not all two hops."""
         groups = self.two_hop_groups
         if groups is None:
             return None
-        n = self.num_pairs
-        pair_node = self.pad + 1 + np.arange(n)
-        res: list[IntArray] = [pair_node]
-        owner: list[IntArray] = [np.arange(n)]
-        owners = n
-        for reps, group, rep_links, rep_of_link in groups:
-            res += [pair_node, rep_links]
-            owner += [owners + group, owners + rep_of_link]
-            owners += len(reps)
-        return np.concatenate(res), np.concatenate(owner), owners, self.pad + 1 + n
+        return two_hop_graph(groups, self.pad, self.num_pairs)
 
     @cached_property
     def two_hop_groups(self) -> tuple[TwoHopGroups, TwoHopGroups] | None:
-        """For a table whose candidates are all two hops (up a source-leaf link, down into
-        the destination leaf), per hop: the groups of pairs with the same links at that hop
-        (in candidate order), as the first pair of each group, each pair's group, and the
-        groups' links with the group of each (for the first pairs only: a group's pairs all
-        have them). ``None`` for any other table. Pairs of a group share their leaf at that
-        hop and their component, which is what the components and the combinatorial bound
-        read (:mod:`solver.bounds.combinatorial`)."""
-        n = self.num_pairs
-        if n == 0 or self.tree is not None or self.table.shape[1] != 2 or np.any(self.hops != 2):
+        """Per hop, the groups of pairs with the same links at that hop, for a table whose
+        candidates are all two hops (:func:`~solver.space.labels.two_hop_groups`); ``None``
+        for any other table, and for a tree's (whose table is never built)."""
+        if self.num_pairs == 0 or self.tree is not None:
             return None
-        counts = self.num_candidates()
-        cols = np.arange(int(counts.max()))
-        valid = cols[None, :] < counts[:, None]
-        at = np.where(valid, self.offset[:-1, None] + cols, 0)
-        out = []
-        for hop in (0, 1):
-            side = np.where(valid, self.table[at, hop], -1)
-            reps, group = _same_rows(side)
-            r, c = np.nonzero(valid[reps])
-            out.append((reps, group, side[reps[r], c], r))
-        return out[0], out[1]
+        return two_hop_groups(self.table, self.hops, self.offset, self.num_candidates())
 
     @cached_property
     def _entries(self) -> tuple[IntArray, IntArray]:
-        """Every (resource, pair) of the table, pad excluded; an entry equal to the one above
-        it in the same pair is left out (a 3-tier pair's rows repeat their first and last hops
-        in runs: about half the entries, the same pair-resource graph)."""
-        row_pair = np.repeat(np.arange(self.num_pairs), self.num_candidates())
-        table = self.table
-        keep = table != self.pad
-        if len(table) > 1:
-            same_pair = np.zeros(len(table), dtype=bool)
-            same_pair[1:] = row_pair[1:] == row_pair[:-1]
-            keep[1:] &= ~(same_pair[1:, None] & (table[1:] == table[:-1]))
-        rows, cols = np.nonzero(keep)
-        return table[rows, cols], row_pair[rows]
+        """Every (resource, pair) of the table, pad excluded (:func:`pair_entries`)."""
+        return pair_entries(self.num_candidates(), self.table, self.pad)
 
     @property
     def num_components(self) -> int:
@@ -391,16 +353,10 @@ class Problem:
     @cached_property
     def resource_label(self) -> IntArray:
         """Component of each resource (and the pad): ``-1`` where no candidate goes."""
-        out = np.full(self.pad + 1, -1, dtype=np.int64)
         if not self.num_pairs:
-            return out
+            return np.full(self.pad + 1, -1, dtype=np.int64)
         res, owner, _, _ = self._graph
-        real = res < self.pad
-        first = np.unique(self._owner_label[: self.num_pairs], return_inverse=True)
-        dense = np.full(len(self._owner_label), -1, dtype=np.int64)
-        dense[first[0]] = np.arange(len(first[0]))
-        out[res[real]] = dense[self._owner_label[owner[real]]]
-        return out
+        return resource_labels(res, owner, self._owner_label, self.pad, self.num_pairs)
 
     def _split(self, items: IntArray, labels: IntArray) -> list[IntArray]:
         if not self.num_components:
