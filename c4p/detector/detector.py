@@ -6,8 +6,16 @@ of slow steps and a grace deadline, and per rank a streak of late steps. Why ver
 or a new message size changes every rate at once; the streaks start over instead of comparing
 across the change. Why grace per connection: a connection whose path the controller just
 changed may stall while its QP moves (a new source port, a cold path); it is not judged, nor
-used as a healthy reference, for ``grace_steps`` steps. Why streaks: one slow step is noise,
+used as a healthy reference, for ``grace_steps`` steps *and* ``grace_s`` seconds, whichever
+ends later: a re-plan reaches every rank through its agent and the rank's next lookup, which
+takes about the same wall time however fast the job steps (in the lab, 30 steps a second, a
+grace of 5 steps ended before the ranks had moved). Why streaks: one slow step is noise,
 ``persist_steps`` in a row under one version is a syndrome.
+
+A job restart (the same communicator's steps jump ahead by ``restart_gap_steps`` or start over
+from a lower number: a new incarnation) starts a new baseline for the whole communicator, and
+every connection and rank of it gets the same grace: a restarted job's first steps (connections
+set up, caches cold, ranks starting one after another) say nothing about the fabric.
 
 Time is passed in (``evaluate(now_s)``), so the simulation and the tests replay it exactly.
 """
@@ -60,9 +68,12 @@ class _Comm:
     first_slow: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     history: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # slow bits
     grace_until: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    grace_until_ns: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     signature: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     late: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (streak, first)
     step: int = -1
+    incarnation: int = 0  # the window's, when last judged
+    settle_until: tuple[int, float] = (-1, 0.0)  # whole-communicator grace: (step, seconds)
     step_ns: float = 0.0  # a recent median step duration (for the hang threshold)
     rank_host: dict[int, str] = field(default_factory=dict)
     judged_at: dict[int, float] = field(default_factory=dict)  # step -> when it was judged
@@ -81,12 +92,14 @@ class _Comm:
             merged = np.union1d(self.ids, packed)
             where = np.searchsorted(merged, self.ids)
             grown = []
-            olds = (self.streak, self.first_slow, self.history, self.grace_until, self.signature)
+            olds = (self.streak, self.first_slow, self.history, self.grace_until,
+                    self.grace_until_ns, self.signature)  # fmt: skip
             for old in olds:
                 new = np.zeros(len(merged), dtype=np.int64)
                 new[where] = old
                 grown.append(new)
-            self.streak, self.first_slow, self.history, self.grace_until, self.signature = grown
+            (self.streak, self.first_slow, self.history, self.grace_until, self.grace_until_ns,
+             self.signature) = grown  # fmt: skip
             self.ids = merged
             at = np.searchsorted(self.ids, packed)
         return at.astype(np.int64)
@@ -120,6 +133,8 @@ class Detector:
         self.jobs: dict[str, _Job] = {}
         self.open: dict[tuple[str, FindingClass, str], Finding] = {}
         self._last_confirmed: dict[tuple[str, FindingClass, str], int] = {}
+        self._pending: dict[tuple[str, FindingClass, str], tuple[float, int]] = {}
+        """Slowdowns confirmed but not yet for ``persist_s``: (first confirmed at, last tick)."""
         self.steps_judged = 0
         self.stats: dict[str, JobStats] = {}
         """Per job since the last :meth:`take_stats`: what ``c4p report`` shows."""
@@ -150,6 +165,8 @@ class Detector:
         for key in [k for k in self.open if k[0] == job_id]:
             del self.open[key]
             self._last_confirmed.pop(key, None)
+        for key in [k for k in self._pending if k[0] == job_id]:
+            del self._pending[key]
 
     def accept(self, report: TelemetryReport) -> None:
         last: tuple[str, str, _Comm] | None = None
@@ -177,7 +194,7 @@ class Detector:
                 found: list[Finding] = []
                 for parts in comm.window.ready():
                     comm.judged_at[parts[0].step] = now_s
-                    found.extend(self._judge(comm, join(parts, comm.keys)))
+                    found.extend(self._judge(comm, join(parts, comm.keys), now_s))
                 found.extend(self._hangs(job_id, name, comm, job))
                 while len(comm.judged_at) > 256:
                     del comm.judged_at[next(iter(comm.judged_at))]
@@ -185,11 +202,25 @@ class Detector:
             out.extend(_timed(f, {}, now_s) for f in self._startup(job_id, job, now_s))
         return out
 
-    def _confirm(self, finding: Finding, tick: int) -> list[Finding]:
+    def _confirm(self, finding: Finding, tick: int, now_s: float | None = None) -> list[Finding]:
+        """Open a finding (or note that an open one still holds). With ``now_s`` (the per-step
+        slowdowns), only once the same element has been confirmed for ``persist_s`` seconds
+        without a gap of ``clear_steps``: see :class:`DetectorSettings`."""
         key = finding.key
-        self._last_confirmed[key] = tick
         if key in self.open:
+            self._last_confirmed[key] = tick
             return []
+        if now_s is not None and self.settings.persist_s > 0:
+            since = self._pending.get(key)
+            if since is None or tick - since[1] >= self.settings.clear_steps:
+                since = (now_s, tick)
+            self._pending[key] = (since[0], tick)
+            if now_s - since[0] < self.settings.persist_s:
+                if len(self._pending) > 4096:  # bounded: forget the stalest
+                    del self._pending[min(self._pending, key=lambda k: self._pending[k][1])]
+                return []
+            del self._pending[key]
+        self._last_confirmed[key] = tick
         self.open[key] = finding
         return [finding]
 
@@ -207,10 +238,18 @@ class Detector:
                 out.append(_cleared(f, step))
         return out
 
-    def _judge(self, comm: _Comm, frame: StepFrame) -> list[Finding]:
+    def _judge(self, comm: _Comm, frame: StepFrame, now_s: float) -> list[Finding]:
         s = self.settings
         self.steps_judged += 1
+        restarted = comm.incarnation != comm.window.incarnation or (
+            comm.step >= 0 and frame.step > comm.step + s.restart_gap_steps
+        )
+        if restarted:  # a new incarnation: new baseline, and the whole communicator settles
+            comm.incarnation, comm.step = comm.window.incarnation, frame.step
+            comm.version = None
+            comm.settle_until = (frame.step + s.grace_steps, now_s + s.grace_s)
         comm.step = max(comm.step, frame.step)
+        now_ns = int(now_s * 1e9)
         if len(comm.seen_ranks) < len(frame.rank) or frame.step % 64 == 0:  # new ranks: cheap check
             for r, h in zip(frame.rank.tolist(), frame.rank_host.tolist(), strict=True):
                 comm.rank_host.setdefault(r, frame.hosts[h])
@@ -227,8 +266,14 @@ class Detector:
             sig = np.where(rows >= 0, comm.paths.signature[np.maximum(rows, 0)], 0)
             moved = (comm.signature[slot] != 0) & (comm.signature[slot] != sig)
             comm.grace_until[slot[moved]] = frame.step + s.grace_steps
+            comm.grace_until_ns[slot[moved]] = now_ns + int(s.grace_s * 1e9)
             comm.signature[slot] = sig
-        grace = comm.grace_until[slot] > frame.step
+        settling = comm.settle_until[0] > frame.step or comm.settle_until[1] > now_s
+        grace = (
+            (comm.grace_until[slot] > frame.step)
+            | (comm.grace_until_ns[slot] > now_ns)
+            | np.full(len(slot), settling)
+        )
         out: list[Finding] = []
         slow = slow_connections(frame, grace, s)
         slow_ranks = np.zeros(0, dtype=np.int64)
@@ -247,8 +292,8 @@ class Detector:
                 bad = confirmed | (slow.judged & (recent >= 2))
                 good = slow.judged & (recent == 0)
                 f = self._slowdown(comm, frame, slow, confirmed, bad, good, rows, first)
-                out.extend(self._confirm(f, frame.step))
-        late = late_ranks(frame, slow_ranks, s)
+                out.extend(self._confirm(f, frame.step, now_s))
+        late = None if settling else late_ranks(frame, slow_ranks, s)
         if len(frame.wait_ns):
             stats = self.stats.setdefault(frame.job_id, JobStats())
             stats.steps += 1
@@ -285,7 +330,7 @@ class Detector:
                             f"{late.wait_median / 1e6:.1f} ms; late {n + 1} steps in a row",
                         ),
                     )
-                    out.extend(self._confirm(f, frame.step))
+                    out.extend(self._confirm(f, frame.step, now_s))
         out.extend(self._expire(frame.job_id, frame.communicator, frame.step))
         return out
 

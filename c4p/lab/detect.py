@@ -159,13 +159,15 @@ def _detected(row: Outcome, event: Event | None, t0: float, want_cls: str, want:
     row.detected = {
         "class": f.cls.value, "element": f.element, "kind": f.kind.value,
         "confidence": round(f.confidence, 3), "host": f.host,
-        "candidates": [c for c, _ in f.candidates],
+        "candidates": [c for c, _ in f.candidates], "evidence": list(f.evidence[-3:]),
     }  # fmt: skip
     row.latency_s = round(event.at - t0, 2)
     row.action = event.action.value if event.acted or event.action.value != "none" else "none"
     row.notes["acted"] = event.acted
     row.right_class = f.cls.value == want_cls
     row.right_element = f.element in want
+    # named, or among the candidates that explain the evidence as well (ambiguous)
+    row.notes["in_candidates"] = bool(want & {f.element, *(c for c, _ in f.candidates)})
 
 
 def _wait_event(bench: Bench, sequence: int, seconds: float) -> Event | None:
@@ -219,9 +221,12 @@ def link_fault(
         if drained or kind == "down":
             if drained:
                 row.notes["replanned"] = _wait_epoch(bench, epoch, 30)
-            bench.settle(10)
+            # Every rank on its new ports and the drained link's queue (up to 4 MB at the
+            # fault's rate) emptied before the after-window; then a window long enough (~2 s)
+            # that one busy moment of the shared machine does not decide the median.
+            bench.settle(30)
             t2 = time.time()
-            bench.settle(15)
+            bench.settle(60)
             row.step_time_after_s = bench.step_time(t2, time.time())
             row.notes["after"] = "with the fault still in place, its link drained"
     if not drained and kind != "down":
