@@ -25,6 +25,8 @@ from c4p.detector.sim import (
 from c4p.detector.summary import (
     ConnectionKey,
     ConnectionStep,
+    ProgressReport,
+    RankProgress,
     RankStep,
     StepSummary,
     TelemetryReport,
@@ -202,6 +204,33 @@ def test_a_slowdown_must_hold_for_persist_s_not_just_three_steps(
         assert f.detected_s - f.started_s >= 1.0
     else:
         assert got == []
+
+
+def test_a_rank_frozen_inside_its_call_is_the_head_of_those_behind() -> None:
+    """A ring of 6; rank 2 stopped inside step 10 (SIGSTOP mid-call). Its successor 3 finished
+    a round more and blocks in step 10 too; the rest ran on into step 11 and wait there. Nobody
+    is outside a call, nor are all in one step: the ranks furthest behind hold the others, and
+    of them the one not fed by another rank behind (2: its predecessor 1 went on) is named."""
+    keys = [ConnectionKey("c", r, (r + 1) % 6, 0, 0) for r in range(6)]
+    ends = np.array([[-1, -1]] * 6, dtype=np.int64)
+    index = build(((k, [i]) for i, k in enumerate(keys)), [f"l{i}" for i in range(6)], ends, [])
+    d = Detector()
+    d.set_paths("j", "c", index)
+    s = 1_000_000_000
+    ranks = tuple(
+        RankProgress("c", r, 10 if r in (2, 3) else 11, 9 if r in (2, 3) else 10, 3 * s, 0)
+        for r in range(6)
+    )
+    d.accept(TelemetryReport("h", progress=(ProgressReport("j", "h", ranks),)))
+    (f,) = d.evaluate(100.0)
+    assert (f.cls, f.element, f.step) == (FindingClass.NONCOMM_HANG, "rank 2", 10)
+    # still moving (inside for less than the threshold): no hang
+    young = tuple(RankProgress(r.communicator, r.rank, r.last_arrived, r.last_completed, s, 0)
+                  for r in ranks)  # fmt: skip
+    d2 = Detector()
+    d2.set_paths("j", "c", index)
+    d2.accept(TelemetryReport("h", progress=(ProgressReport("j", "h", young),)))
+    assert d2.evaluate(100.0) == []
 
 
 def test_the_report_counts_by_interval_and_mode_by_hand() -> None:

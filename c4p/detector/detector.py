@@ -35,6 +35,7 @@ from c4p.detector.findings import DetectorSettings, ElementKind, Finding, Findin
 from c4p.detector.frame import KeyCache, StepFrame, StepWindow, join
 from c4p.detector.paths import PathIndex, pack
 from c4p.detector.rules import (
+    Hung,
     busbw_gbps,
     hung_connections,
     hung_ranks,
@@ -410,6 +411,8 @@ class Detector:
         if hung is None:
             return []
         out: list[Finding] = []
+        if hung.behind:
+            return self._behind(job_id, name, comm, job, hung, hang_ns)
         if len(hung.missing) and hung.waiting >= max(1, (hung.ranks - len(hung.missing)) // 2):
             for r in hung.missing[: s.max_candidates * 4].tolist():
                 out.extend(
@@ -435,6 +438,40 @@ class Detector:
         elif hung.all_inside:
             out.extend(self._comm_hang(job_id, name, comm, job, hung.step, hung.ranks, hang_ns))
         return out
+
+    def _behind(
+        self, job_id: str, name: str, comm: _Comm, job: _Job, hung: Hung, hang_ns: float
+    ) -> list[Finding]:
+        """Every rank stuck inside a call, some steps behind the others: the rank that holds
+        them is the head of the chain of waits among those furthest behind, the one whose
+        peers sending to it are not behind (they went on; it never took their data). In a
+        ring that is one rank; where the plan is unknown, every rank behind is a candidate."""
+        behind = set(hung.missing.tolist())
+        heads = sorted(behind)
+        if comm.paths is not None and len(comm.paths.ids):
+            src = comm.paths.ids >> 40
+            dst = (comm.paths.ids >> 16) & 0xFFFFFF
+            fed_by_behind = set(dst[np.isin(src, hung.missing)].tolist())
+            heads = sorted(behind - fed_by_behind) or heads
+        r = heads[0]
+        f = Finding(
+            job_id,
+            FindingClass.NONCOMM_HANG,
+            ElementKind.RANK,
+            f"rank {r}",
+            round(1.0 / len(heads) ** 0.5, 3),
+            name,
+            hung.step,
+            hung.step,
+            host=_host_of(job, name, r),
+            candidates=tuple((f"rank {o}", 1.0) for o in heads[1 : self.settings.max_candidates]),
+            evidence=(
+                f"every rank inside a call for over {hang_ns / 1e9:.1f} s; rank {r} is at step "
+                f"{hung.step}, the lowest, with {len(behind)} of {hung.ranks} ranks; the ranks "
+                "behind wait for it",
+            ),
+        )
+        return self._confirm(f, hung.step)
 
     def _comm_hang(
         self, job_id: str, name: str, comm: _Comm, job: _Job, step: int, ranks: int, hang_ns: float

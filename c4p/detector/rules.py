@@ -92,6 +92,7 @@ class Hung:
     waiting: int  # ranks inside that step longer than the threshold
     ranks: int
     all_inside: bool  # every rank inside the step: a communication hang
+    behind: bool = False  # every rank stuck inside a call, ``missing`` at the lowest step
 
 
 def hung_ranks(
@@ -113,7 +114,14 @@ def hung_ranks(
     missing = rank[(arrived < step) & (idle_ns > hang_ns)]
     all_inside = waiting == len(rank)
     if len(missing) == 0 and not all_inside:
-        return None
+        # Every rank inside a call and none moving, at different steps: a rank stopped inside
+        # its call (a process frozen mid-collective) lets its successors run a few rounds
+        # ahead, so nobody is outside; those furthest behind hold the others.
+        stuck = (completed < arrived) & (inside_ns > hang_ns)
+        if not bool(stuck.all()):
+            return None
+        low = int(arrived.min())
+        return Hung(rank[arrived == low], low, waiting, len(rank), False, behind=True)
     return Hung(missing, step, waiting, len(rank), all_inside)
 
 
