@@ -85,6 +85,12 @@ class Fault:
         end = end_of(self.lab, self.link, self.at)
         if self.kind == "down":
             netns.run(["ip", "link", "set", end.interface, "up"], ns=end.namespace)
+            if self.lab.routing == "static":
+                # Taking a device down flushes the routes whose only next hop it was (the
+                # spine's route to the leaf's hosts), and bringing it up does not restore
+                # them: without this the spine black-holed every QP planned over the link
+                # again, and the ring stayed at twice its step time after the cut (docs/lab.md).
+                self.lab._static_routes()  # noqa: SLF001 (the lab's own routes, replaced)
         else:
             netns.run(["tc", "qdisc", "del", "dev", end.interface, "root"], ns=end.namespace,
                       check=False)  # fmt: skip
