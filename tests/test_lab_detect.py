@@ -4,11 +4,11 @@ processes; faults are made with ``tc`` and the rank program's own flag. The dete
 the right class and element.
 
 The scenarios kept here are the ones that were reliable on a loaded 2-core machine; the others
-(loss, host link, hung rank, link cut, and the benign phases: message size, re-plan, restart)
-run in ``c4p lab detect`` and are reported there as measured (docs/lab.md). The benign phases
-are not asserted because the detector still raises false positives in them on the lab (a
-message-size change was clean in 4 runs and not in a fresh clone's CI run; re-plans and
-restarts more often): a test of "no false positive" that fails one run in five proves nothing.
+(loss, host link, hung rank, link cut, the operator's re-plan) run in ``c4p lab detect`` and are
+reported there as measured (docs/lab.md). Of the benign phases, the message-size change and
+the job restart are asserted clean: with the detector's grace and persistence in seconds they
+raised no finding in 6 of 6 runs each on that machine (before, the restart raised 3 to 6 per
+run), where a test of "no false positive" that failed one run in five would prove nothing.
 Needs root, lldpd, tc and the built rank program (``make libc4p``)."""
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ pytestmark = [
     pytest.mark.timeout(900),  # lab, serve, agents and ranks start in the first test
 ]
 WINDOW_S = 30.0  # generous: the targets (< 10 s) are measured by the command, not asserted
+BENIGN_S = 20.0  # as `c4p lab detect` watches a benign phase (its default --window)
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +55,9 @@ def test_a_compute_slow_rank_is_named(bench: Bench) -> None:
     row = RUNNERS["compute-slow"](bench, WINDOW_S)
     assert row.detected, f"not detected within {WINDOW_S} s: {row}"
     assert (row.detected["class"], row.detected["element"]) == ("compute-slowdown", "rank 4")
+
+
+@pytest.mark.parametrize("phase", ["message-size", "restart"])
+def test_a_benign_phase_raises_no_finding(bench: Bench, phase: str) -> None:
+    row = RUNNERS[phase](bench, BENIGN_S)
+    assert row.false_positives == 0, row.notes

@@ -211,12 +211,16 @@ def link_fault(
     with Fault(lab, link, at, kind, rate=rate, loss=loss) as fault:
         if fault.how:
             row.injected["tool"] = fault.how
-        event = _wait_event(bench, seq, window_s)
+        if kind == "down":
+            _cut(bench, row, link, epoch, t0, window_s)
+        event = _wait_event(bench, seq, 0.0 if kind == "down" else window_s)
         t1 = time.time()
         row.step_time_during_s = bench.step_time(t0, event.at if event else t1)
-        _detected(row, event, t0, cls, want)
-        if kind == "down":
-            row.notes["replanned"] = _wait_epoch(bench, epoch, 30)
+        if kind != "down":
+            _detected(row, event, t0, cls, want)
+        elif event is not None and event.finding is not None:  # beside the controller's own
+            f = event.finding
+            row.notes["detector_finding"] = f"{f.cls.value} {f.element} ({event.action.value})"
         drained = event is not None and event.acted and row.action == "drain"
         if drained or kind == "down":
             if drained:
@@ -238,6 +242,29 @@ def link_fault(
     row.notes["events"] = len(bench.findings(seq))
     row.notes["recovery_findings"] = recover(bench, seq)
     return row
+
+
+def _cut(bench: Bench, row: Outcome, link: str, epoch: int, t0: float, window_s: float) -> None:
+    """A cut link is the fabric's to report (its oper-status over gNMI) and the controller's
+    to plan around, and the routes converge around it: no slowdown need outlast the re-plan
+    for the detector to find. The row says when the controller saw the link down and
+    re-planned, and what the detector said meanwhile, if anything."""
+    replanned = _wait_epoch(bench, epoch, window_s)
+    row.notes["replanned"] = replanned
+    admin = bench.admin()
+    try:
+        links = {x.id: x for x in admin.fabric(only_changed=True).links}
+    finally:
+        admin.close()
+    seen = links.get(link)
+    if replanned and seen is not None and seen.effective == "down":
+        row.detected = {"class": "link-down", "element": link, "kind": "link",
+                        "confidence": 1.0, "by": "gNMI oper-status, re-planned"}  # fmt: skip
+        row.latency_s = round(time.time() - t0, 2)
+        row.action = "replan"
+        row.right_class = row.right_element = True
+    else:
+        row.right_class = row.right_element = False
 
 
 def recover(bench: Bench, sequence: int) -> list[str]:
