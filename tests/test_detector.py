@@ -233,6 +233,24 @@ def test_a_rank_frozen_inside_its_call_is_the_head_of_those_behind() -> None:
     assert d2.evaluate(100.0) == []
 
 
+def test_a_rank_stopped_between_calls_is_found_though_its_peers_spread_over_steps() -> None:
+    """A ring of 9; rank 6 stopped outside a call (in its compute). Its peers did not all stop
+    in one step: 7 to 3 wait in step 10, 4 and 5 got on into step 11. Only two ranks wait in
+    the newest step, yet every other rank is stuck: rank 6 is the hang."""
+    s = 1_000_000_000
+    ranks = tuple(
+        RankProgress("c", 6, 9, 9, 0, 3 * s)
+        if r == 6
+        else RankProgress("c", r, 11 if r in (4, 5) else 10, 10 if r in (4, 5) else 9, 3 * s, 0)
+        for r in range(9)
+    )
+    d = Detector()
+    d.set_paths("j", "c", None)  # the communicator is known (from its steps, in a real job)
+    d.accept(TelemetryReport("h", progress=(ProgressReport("j", "h", ranks),)))
+    (f,) = d.evaluate(100.0)
+    assert (f.cls, f.element) == (FindingClass.NONCOMM_HANG, "rank 6")
+
+
 def test_the_report_counts_by_interval_and_mode_by_hand() -> None:
     from c4p.detector.report import detection_report
 

@@ -203,7 +203,7 @@ def link_fault(
     else:
         link, at, _leaf = bench.busiest_spine_link()
         want = {link}
-    cls = "comm-slowdown"
+    cls = "link-down" if kind == "down" else "comm-slowdown"
     row = Outcome(name, injected={"class": cls, "element": link, "tool": kind})
     seq, epoch = bench.last_sequence(), bench.mirror.epoch
     t0 = time.time()
@@ -232,7 +232,11 @@ def link_fault(
             t2 = time.time()
             bench.settle(60)
             row.step_time_after_s = bench.step_time(t2, time.time())
-            row.notes["after"] = "with the fault still in place, its link drained"
+            row.notes["after"] = (
+                "with the link still cut, re-planned around"
+                if kind == "down"
+                else "with the fault still in place, its link drained"
+            )
     if not drained and kind != "down":
         bench.settle(10)
         t2 = time.time()
