@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from c4p.detector.detector import Detector, connection_name
+from c4p.detector.detector import Detector
 from c4p.detector.findings import DetectorSettings, Finding, FindingClass
 from c4p.detector.paths import PathIndex, pack
+from c4p.detector.state import connection_name
 from c4p.detector.summary import (
     ConnectionKey,
     ConnectionProgress,

@@ -232,11 +232,8 @@ def link_fault(
             t2 = time.time()
             bench.settle(60)
             row.step_time_after_s = bench.step_time(t2, time.time())
-            row.notes["after"] = (
-                "with the link still cut, re-planned around"
-                if kind == "down"
-                else "with the fault still in place, its link drained"
-            )
+            still = "the link still cut" if kind == "down" else "the fault still in place"
+            row.notes["after"] = f"with {still}, re-planned around it"
     if not drained and kind != "down":
         bench.settle(10)
         t2 = time.time()
@@ -249,10 +246,9 @@ def link_fault(
 
 
 def _cut(bench: Bench, row: Outcome, link: str, epoch: int, t0: float, window_s: float) -> None:
-    """A cut link is the fabric's to report (its oper-status over gNMI) and the controller's
-    to plan around, and the routes converge around it: no slowdown need outlast the re-plan
-    for the detector to find. The row says when the controller saw the link down and
-    re-planned, and what the detector said meanwhile, if anything."""
+    """A cut link is the fabric's to report (gNMI oper-status) and the controller's to plan
+    around; the routes converge around it, so no slowdown need outlast the re-plan for the
+    detector to find. The row: when the controller saw it down and re-planned."""
     replanned = _wait_epoch(bench, epoch, window_s)
     row.notes["replanned"] = replanned
     admin = bench.admin()
@@ -261,14 +257,13 @@ def _cut(bench: Bench, row: Outcome, link: str, epoch: int, t0: float, window_s:
     finally:
         admin.close()
     seen = links.get(link)
-    if replanned and seen is not None and seen.effective == "down":
+    row.right_class = row.right_element = bool(
+        replanned and seen is not None and seen.effective == "down"
+    )
+    if row.right_class:
         row.detected = {"class": "link-down", "element": link, "kind": "link",
                         "confidence": 1.0, "by": "gNMI oper-status, re-planned"}  # fmt: skip
-        row.latency_s = round(time.time() - t0, 2)
-        row.action = "replan"
-        row.right_class = row.right_element = True
-    else:
-        row.right_class = row.right_element = False
+        row.latency_s, row.action = round(time.time() - t0, 2), "replan"
 
 
 def recover(bench: Bench, sequence: int) -> list[str]:
