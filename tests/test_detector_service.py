@@ -247,6 +247,7 @@ def test_a_suspect_host_link_is_reported_for_the_scheduler_never_drained(tmp_pat
         host, port = nic.split(":")
         assert f"host {host}, NIC port {port}" in event.detail, event.detail
         assert "never drained" in event.detail
+        assert event.finding is not None and event.finding.host == host
         assert not any(link.drained for link in admin.fabric(only_changed=True).links)
         inner = next(link for link in FABRIC.links
                      if not {link.a.split(":")[0], link.b.split(":")[0]} & hosts)  # fmt: skip

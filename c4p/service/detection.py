@@ -223,7 +223,7 @@ class DetectionService:
         found = self.state.mode_if_registered(finding.job_id)
         mode = found[0] if found is not None else ControlMode.OFF
         host_end = self._host_end(finding)
-        if host_end and not finding.host:  # the host behind the NIC link, for the scheduler
+        if host_end:  # the host behind the NIC link is the one the scheduler must hear of
             finding = _replace(finding, host=host_end.partition(":")[0])
         decided = decide(finding, mode, host_end)
         if decided is None:
