@@ -25,6 +25,8 @@ from c4p.detector.sim import (
 from c4p.detector.summary import (
     ConnectionKey,
     ConnectionStep,
+    ProgressReport,
+    RankProgress,
     RankStep,
     StepSummary,
     TelemetryReport,
@@ -66,10 +68,16 @@ def test_seeded_faults_are_found_classified_and_localized(job: SimJob) -> None:
 def test_the_grace_period_is_what_keeps_a_replan_from_being_a_fault(job: SimJob) -> None:
     assert job.replanned is not None
     assert bool((job.replanned.signature != job.paths.signature).any())  # the re-plan moved
-    with_grace = scenario(job, "re-plan moving flows", Model(), 1, DetectorSettings())
-    without = scenario(job, "re-plan moving flows", Model(), 1, DetectorSettings(grace_steps=0))
+    m = Model()
+    with_grace = scenario(job, "re-plan moving flows", m, 1, DetectorSettings())
+    without = scenario(
+        job, "re-plan moving flows", m, 1, DetectorSettings(grace_steps=0, grace_s=0)
+    )
+    # a grace of steps alone ends before the QPs have moved (they take a time, not steps)
+    steps_only = scenario(job, "re-plan moving flows", m, 1, DetectorSettings(grace_s=0))
     assert with_grace.findings == []
     assert [f.cls for f in without.findings] == [FindingClass.COMM_SLOWDOWN]
+    assert [f.cls for f in steps_only.findings] == [FindingClass.COMM_SLOWDOWN]
 
 
 def test_a_slowdown_under_the_persistence_is_not_a_finding(job: SimJob) -> None:
@@ -109,9 +117,11 @@ def test_the_delay_matrix_points_at_a_rank_by_its_row_or_column() -> None:
     assert rank_pattern(src, dst, np.array([1, 0, 0, 0, 0, 0, 1, 0], dtype=bool)) is None
 
 
-def _summary(host: str, step: int, ranks: list[int], epoch: int = 1) -> StepSummary:
+def _summary(
+    host: str, step: int, ranks: list[int], epoch: int = 1, slow: bool = True
+) -> StepSummary:
     conns = tuple(
-        ConnectionStep(ConnectionKey("c", r, r + 1, 0, 0), 1000, 80 * (1 + (r == 3)), 1)
+        ConnectionStep(ConnectionKey("c", r, r + 1, 0, 0), 1000, 80 * (1 + (slow and r == 3)), 1)
         for r in ranks
     )
     rs = tuple(RankStep(r, 100, 50) for r in ranks)
@@ -138,7 +148,7 @@ def test_a_step_is_joined_over_hosts_once_complete_or_overtaken() -> None:
 
 
 def test_a_new_plan_epoch_starts_the_streaks_over() -> None:
-    d = Detector(DetectorSettings(min_peers=4, persist_steps=3, slow_z=2.0))
+    d = Detector(DetectorSettings(min_peers=4, persist_steps=3, slow_z=2.0, persist_s=0))
     ranks = list(range(12))
     for step, epoch in enumerate([1, 1, 2, 2, 2]):
         d.accept(TelemetryReport("h", steps=(_summary("h", step, ranks, epoch),)))
@@ -149,6 +159,96 @@ def test_a_new_plan_epoch_starts_the_streaks_over() -> None:
             assert found == []
         else:
             assert [(f.element, f.first_step) for f in found] == [("rank 3", 2)]
+
+
+@pytest.mark.parametrize("first_after", [130, 0])
+def test_a_restarted_job_settles_for_the_grace_time_before_it_is_judged(first_after: int) -> None:
+    """Steps that jump ahead (the lab's restart: numbering goes on past unreported warm-up
+    steps) or start over from 0 (a new communicator): a new incarnation. Its first steps, a
+    slow connection among them, are not judged for ``grace_s`` (steps run 10 a second here),
+    then the syndrome is found as usual (after ``persist_s``)."""
+    d = Detector(
+        DetectorSettings(min_peers=4, persist_steps=3, slow_z=2.0, grace_s=1.0, persist_s=0.5)
+    )
+    ranks = list(range(12))
+    found = []
+    for step in range(100):  # healthy
+        d.accept(TelemetryReport("h", steps=(_summary("h", step, ranks, slow=False),)))
+        found += d.evaluate(step * 0.1)
+    t0 = 100 * 0.1 + 5.0  # the restart took 5 s
+    for i in range(30):  # rank 3's connection slow from the first step after the restart
+        d.accept(TelemetryReport("h", steps=(_summary("h", first_after + i, ranks),)))
+        now = t0 + i * 0.1
+        got = d.evaluate(now)
+        assert now >= t0 + 1.0 or got == [], (i, got)
+        found += got
+    assert [(f.element, f.first_step) for f in found] == [("rank 3", first_after + 10)]
+
+
+@pytest.mark.parametrize(("slow_steps", "found"), [(15, False), (45, True)])
+def test_a_slowdown_must_hold_for_persist_s_not_just_three_steps(
+    slow_steps: int, found: bool
+) -> None:
+    """At 30 steps a second, half a second of a slow connection (a sender kept off the CPU on
+    a busy host) is not a finding; a second and a half is, once it held for ``persist_s``."""
+    d = Detector(DetectorSettings(min_peers=4, persist_steps=3, slow_z=2.0, persist_s=1.0))
+    ranks = list(range(12))
+    got = []
+    for step in range(100):
+        slow = 50 <= step < 50 + slow_steps
+        d.accept(TelemetryReport("h", steps=(_summary("h", step, ranks, slow=slow),)))
+        got += [f for f in d.evaluate(step / 30) if not f.cleared]
+    if found:
+        (f,) = got
+        assert (f.element, f.first_step) == ("rank 3", 50)
+        assert f.detected_s - f.started_s >= 1.0
+    else:
+        assert got == []
+
+
+def test_a_rank_frozen_inside_its_call_is_the_head_of_those_behind() -> None:
+    """A ring of 6; rank 2 stopped inside step 10 (SIGSTOP mid-call). Its successor 3 finished
+    a round more and blocks in step 10 too; the rest ran on into step 11 and wait there. Nobody
+    is outside a call, nor are all in one step: the ranks furthest behind hold the others, and
+    of them the one not fed by another rank behind (2: its predecessor 1 went on) is named."""
+    keys = [ConnectionKey("c", r, (r + 1) % 6, 0, 0) for r in range(6)]
+    ends = np.array([[-1, -1]] * 6, dtype=np.int64)
+    index = build(((k, [i]) for i, k in enumerate(keys)), [f"l{i}" for i in range(6)], ends, [])
+    d = Detector()
+    d.set_paths("j", "c", index)
+    s = 1_000_000_000
+    ranks = tuple(
+        RankProgress("c", r, 10 if r in (2, 3) else 11, 9 if r in (2, 3) else 10, 3 * s, 0)
+        for r in range(6)
+    )
+    d.accept(TelemetryReport("h", progress=(ProgressReport("j", "h", ranks),)))
+    (f,) = d.evaluate(100.0)
+    assert (f.cls, f.element, f.step) == (FindingClass.NONCOMM_HANG, "rank 2", 10)
+    # still moving (inside for less than the threshold): no hang
+    young = tuple(RankProgress(r.communicator, r.rank, r.last_arrived, r.last_completed, s, 0)
+                  for r in ranks)  # fmt: skip
+    d2 = Detector()
+    d2.set_paths("j", "c", index)
+    d2.accept(TelemetryReport("h", progress=(ProgressReport("j", "h", young),)))
+    assert d2.evaluate(100.0) == []
+
+
+def test_a_rank_stopped_between_calls_is_found_though_its_peers_spread_over_steps() -> None:
+    """A ring of 9; rank 6 stopped outside a call (in its compute). Its peers did not all stop
+    in one step: 7 to 3 wait in step 10, 4 and 5 got on into step 11. Only two ranks wait in
+    the newest step, yet every other rank is stuck: rank 6 is the hang."""
+    s = 1_000_000_000
+    ranks = tuple(
+        RankProgress("c", 6, 9, 9, 0, 3 * s)
+        if r == 6
+        else RankProgress("c", r, 11 if r in (4, 5) else 10, 10 if r in (4, 5) else 9, 3 * s, 0)
+        for r in range(9)
+    )
+    d = Detector()
+    d.set_paths("j", "c", None)  # the communicator is known (from its steps, in a real job)
+    d.accept(TelemetryReport("h", progress=(ProgressReport("j", "h", ranks),)))
+    (f,) = d.evaluate(100.0)
+    assert (f.cls, f.element) == (FindingClass.NONCOMM_HANG, "rank 6")
 
 
 def test_the_report_counts_by_interval_and_mode_by_hand() -> None:

@@ -17,6 +17,8 @@ from typer.testing import CliRunner
 
 from c4p.cli import app
 from c4p.client import communicator
+from c4p.detector.findings import ElementKind, Finding, FindingClass
+from c4p.detector.respond import Action
 from c4p.detector.summary import (
     ConnectionKey,
     ConnectionStep,
@@ -133,9 +135,25 @@ def _run_job(
     slow = _suspect(held)
     detection = service.runtime.detection
     assert detection is not None
+    _steps_apart(detection, 0.5)
     for report in _reports(job_id, held, slow, steps=6):
         detection.accept(report)
     return slow, held
+
+
+def _steps_apart(detection: Any, seconds: float) -> None:
+    """The detection service's clock advanced ``seconds`` per report: the steps fed here come
+    at the pace of a real job's, so a slowdown lasts ``persist_s`` (1 s) within 6 steps."""
+    import time
+
+    start = time.time()
+    calls = [0]
+
+    def clock() -> float:
+        calls[0] += 1
+        return start + calls[0] * seconds
+
+    detection.clock = clock
 
 
 def test_active_drains_the_suspect_link_and_says_why(tmp_path: Path) -> None:
@@ -191,6 +209,7 @@ def test_shadow_records_what_it_would_do_and_off_ignores(tmp_path: Path) -> None
         assert service.runtime is not None
         detection = service.runtime.detection
         assert detection is not None
+        _steps_apart(detection, 0.5)
         for report in _reports("o1", held, slow, steps=6):
             detection.accept(report)
         assert [e for e in admin.events(job_id="o1")] == []
@@ -204,6 +223,39 @@ def test_shadow_records_what_it_would_do_and_off_ignores(tmp_path: Path) -> None
         assert as_json.exit_code == 0, as_json.output
         (only,) = [e for e in json.loads(as_json.output)["events"] if e["kind"] == "finding"]
         assert (only["element"], only["mode"], only.get("acted", False)) == (slow, "shadow", False)
+
+
+def test_a_suspect_host_link_is_reported_for_the_scheduler_never_drained(tmp_path: Path) -> None:
+    """Draining a host's link can leave its ranks without a path (the job unplannable): the
+    detector reports it, naming the host's NIC port, and drains nothing; a switch link under
+    the same finding is drained (the control)."""
+    with serving(FABRIC, tmp_path) as service, clients(service.address) as (flow, admin):
+        flow.register_job("h1", hosts=HOSTS[:8], control_mode="active")
+        assert service.runtime is not None and service.runtime.detection is not None
+        detection = service.runtime.detection
+        hosts = {h.name for h in FABRIC.hosts}
+        host_link = next(link for link in FABRIC.links if link.a.split(":")[0] in hosts)
+        nic = host_link.a
+
+        def finding(element: str) -> Finding:
+            return Finding("h1", FindingClass.COMM_SLOWDOWN, ElementKind.LINK, element, 1.0,
+                           "dp", 5, 2, evidence=("step 5: 4 of 64 connections slow",))  # fmt: skip
+
+        event = detection._respond(finding(host_link.id), 1.0)
+        assert event is not None
+        assert (event.action, event.acted) == (Action.REPORT, True)
+        host, port = nic.split(":")
+        assert f"host {host}, NIC port {port}" in event.detail, event.detail
+        assert "never drained" in event.detail
+        assert event.finding is not None and event.finding.host == host
+        assert not any(link.drained for link in admin.fabric(only_changed=True).links)
+        inner = next(link for link in FABRIC.links
+                     if not {link.a.split(":")[0], link.b.split(":")[0]} & hosts)  # fmt: skip
+        control = detection._respond(finding(inner.id), 2.0)
+        assert control is not None and (control.action, control.acted) == (Action.DRAIN, True)
+        assert [link.id for link in admin.fabric(only_changed=True).links if link.drained] == [
+            inner.id
+        ]
 
 
 def test_following_the_stream_sees_new_events(tmp_path: Path) -> None:

@@ -111,6 +111,31 @@ def test_progress_shows_a_rank_inside_a_call_and_the_drops() -> None:
     assert book.collect(700_000 * MS) is None and not book.jobs  # idle 10 min: forgotten
 
 
+def test_a_qp_behind_its_siblings_in_an_open_call_has_transfers_posted() -> None:
+    """Rank 1 is inside step 0; rank 0's QPs 0 and 1 to it (channel 0) each completed two
+    transfers, QP 2 one and QP 3 none: those two are one and two transfers behind, posted and
+    not completed. Rank 2's connection to rank 1 on its own channel has no sibling ahead of it
+    (nothing started: it may simply not have been sent yet), so nothing is posted. Once the
+    call completes, nothing is open and nothing is posted; and the count survives the wire."""
+    book, clock = _book(progress_every_ns=1000 * MS)
+    t = [Transfer("dp", 0, 1, 0, q, 0, 100, k * MS, k * MS + 5) for q in (0, 1) for k in (1, 2)]
+    t += [Transfer("dp", 0, 1, 0, 2, 0, 100, MS, MS + 5)]
+    t += [Transfer("dp", 2, 1, 1, 0, 0, 100, MS, MS + 5)]
+    book.take("job", 1, 1, Report(0, tuple(t), (Arrive("dp", 1, 0, "AllReduce", 8, 0),), ()))
+    book.take("job", 1, 1, Report(0, (Transfer("dp", 0, 1, 0, 3, 9, 0, 0, 1),), (), ()))
+    report = book.collect(500 * MS)
+    assert report is not None
+    (progress,) = report.progress
+    posted = {(c.key.src_rank, c.key.channel, c.key.qp): c.posted for c in progress.connections}
+    assert posted == {(0, 0, 0): 0, (0, 0, 1): 0, (0, 0, 2): 1, (0, 0, 3): 2, (2, 1, 0): 0}
+    back = from_pb(pb.TelemetryReport.FromString(report_pb(report).SerializeToString()), "h0")
+    assert back == report
+    book.take("job", 1, 1, Report(0, (), (), (Complete("dp", 1, 0, 10 * MS),)))
+    later = book.collect(2000 * MS)
+    assert later is not None
+    assert all(c.posted == 0 for p in later.progress for c in p.connections)
+
+
 def test_open_steps_are_bounded_and_the_evicted_are_counted() -> None:
     book, clock = _book(max_open_steps=4)
     for step in range(10):  # a rank that arrives and never completes

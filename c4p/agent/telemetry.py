@@ -100,6 +100,34 @@ class _Job:
     seen_ns: int = 0  # when its last frame came
 
 
+def _posted(job: _Job) -> dict[_Key, int]:
+    """Per connection, the transfers its sender started in a call still open here that it has
+    not completed: libc4p reports completed transfers only, but a ring sends a round on every
+    QP of a rank pair together, so within an open step a QP with fewer completed transfers than
+    its siblings (same communicator, ranks and channel) has that many in flight. Why it
+    matters: in a hang every QP is idle, the one that stopped it only a little longer; "posted
+    and never completed" names it (the detector's ``hung_connections``), where the downstream
+    QPs that merely wait have nothing started. A pair whose QPs all stopped shows nothing here
+    (no sibling started more), and idle time decides as before."""
+    out: dict[_Key, int] = {}
+    for step in job.steps.values():
+        if not step.arrived or set(step.arrived) <= set(step.completed):
+            continue  # not a call a local rank is inside of
+        most: dict[tuple[str, int, int, int], int] = {}
+        for key, moved in step.moved.items():
+            pair = (key[0], key[1], key[2], key[3])
+            most[pair] = max(most.get(pair, 0), moved[1])
+        if not most:
+            continue
+        for key in job.connections:
+            want = most.get((key[0], key[1], key[2], key[3]), 0)
+            done = step.moved.get(key)
+            behind = want - (done[1] if done is not None else 0)
+            if behind > 0:
+                out[key] = out.get(key, 0) + behind
+    return out
+
+
 def busy_ns(intervals: list[tuple[int, int]]) -> int:
     """The length of the union of ``[start, end)`` intervals."""
     total, reach = 0, -1
@@ -330,8 +358,14 @@ class TelemetryBook:
                     else 0,
                 )
             )
+        posted = _posted(job)
         connections = tuple(
-            ConnectionProgress(ConnectionKey(*key), c.bytes_total, max(now - c.last_end_ns, 0))
+            ConnectionProgress(
+                ConnectionKey(*key),
+                c.bytes_total,
+                max(now - c.last_end_ns, 0),
+                posted.get(key, 0),
+            )
             for key, c in sorted(job.connections.items())
         )
         dropped, job.dropped = job.dropped, 0
@@ -427,7 +461,10 @@ def report_pb(report: TelemetryReport) -> pb.TelemetryReport:
                 ],
                 connections=[
                     pb.TelemetryConnectionProgress(
-                        key=_key_pb(c.key), bytes_total=c.bytes_total, idle_ns=c.idle_ns
+                        key=_key_pb(c.key),
+                        bytes_total=c.bytes_total,
+                        idle_ns=c.idle_ns,
+                        posted=c.posted,
                     )
                     for c in p.connections
                 ],

@@ -6,110 +6,40 @@ of slow steps and a grace deadline, and per rank a streak of late steps. Why ver
 or a new message size changes every rate at once; the streaks start over instead of comparing
 across the change. Why grace per connection: a connection whose path the controller just
 changed may stall while its QP moves (a new source port, a cold path); it is not judged, nor
-used as a healthy reference, for ``grace_steps`` steps. Why streaks: one slow step is noise,
+used as a healthy reference, for ``grace_steps`` steps *and* ``grace_s`` seconds, whichever
+ends later: a re-plan reaches every rank through its agent and the rank's next lookup, which
+takes about the same wall time however fast the job steps (in the lab, 30 steps a second, a
+grace of 5 steps ended before the ranks had moved). Why streaks: one slow step is noise,
 ``persist_steps`` in a row under one version is a syndrome.
 
+A job restart (the same communicator's steps jump ahead by ``restart_gap_steps`` or start over
+from a lower number: a new incarnation) starts a new baseline for the whole communicator, and
+every connection and rank of it gets the same grace: a restarted job's first steps (connections
+set up, caches cold, ranks starting one after another) say nothing about the fabric.
+
 Time is passed in (``evaluate(now_s)``), so the simulation and the tests replay it exactly.
+The hang rules, over progress reports, are :mod:`c4p.detector.hangs`; the state kept between
+steps is :mod:`c4p.detector.state`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
-from itertools import chain
-from operator import attrgetter
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
 
-from c4p.detector import localize
+from c4p.detector import hangs, localize
 from c4p.detector.findings import DetectorSettings, ElementKind, Finding, FindingClass
-from c4p.detector.frame import KeyCache, StepFrame, StepWindow, join
-from c4p.detector.paths import PathIndex, pack
-from c4p.detector.rules import (
-    busbw_gbps,
-    hung_connections,
-    hung_ranks,
-    late_ranks,
-    slow_connections,
-)
-from c4p.detector.summary import ProgressReport, TelemetryReport
+from c4p.detector.frame import StepFrame, join
+from c4p.detector.paths import PathIndex
+from c4p.detector.rules import busbw_gbps, late_ranks, slow_connections
+from c4p.detector.state import CommState, JobState, JobStats, connection_name
+from c4p.detector.summary import TelemetryReport
 
 IntArray = npt.NDArray[np.int64]
-_PROGRESS = attrgetter("rank", "last_arrived", "last_completed", "inside_ns", "idle_ns")
-_CONN_PROGRESS = attrgetter(
-    "key.src_rank", "key.dst_rank", "key.channel", "key.qp", "posted", "idle_ns"
-)
 _POPCOUNT = np.array([bin(i).count("1") for i in range(16)], dtype=np.int64)
-
-
-def connection_name(communicator: str, packed: int) -> str:
-    qp, channel = packed & 0xFF, (packed >> 8) & 0xFF
-    dst, src = (packed >> 16) & 0xFFFFFF, packed >> 40
-    return f"{communicator} {src}->{dst} ch{channel} qp{qp}"
-
-
-@dataclass
-class _Comm:
-    window: StepWindow = field(default_factory=StepWindow)
-    keys: KeyCache = field(default_factory=KeyCache)
-    paths: PathIndex | None = None
-    version: tuple[int, str, int] | None = None
-    ids: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    streak: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    first_slow: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    history: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # slow bits
-    grace_until: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    signature: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    late: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (streak, first)
-    step: int = -1
-    step_ns: float = 0.0  # a recent median step duration (for the hang threshold)
-    rank_host: dict[int, str] = field(default_factory=dict)
-    judged_at: dict[int, float] = field(default_factory=dict)  # step -> when it was judged
-    seen_ranks: set[int] = field(default_factory=set)
-    seen_conns: set[int] = field(default_factory=set)
-
-    def slots(self, packed: IntArray) -> IntArray:
-        """Each connection's slot in the per-connection arrays (growing them for new ones)."""
-        at = np.searchsorted(self.ids, packed)
-        if len(self.ids):
-            known = (at < len(self.ids)) & (self.ids[np.minimum(at, len(self.ids) - 1)] == packed)
-            complete = bool(known.all())
-        else:
-            complete = len(packed) == 0
-        if not complete:
-            merged = np.union1d(self.ids, packed)
-            where = np.searchsorted(merged, self.ids)
-            grown = []
-            olds = (self.streak, self.first_slow, self.history, self.grace_until, self.signature)
-            for old in olds:
-                new = np.zeros(len(merged), dtype=np.int64)
-                new[where] = old
-                grown.append(new)
-            self.streak, self.first_slow, self.history, self.grace_until, self.signature = grown
-            self.ids = merged
-            at = np.searchsorted(self.ids, packed)
-        return at.astype(np.int64)
-
-
-@dataclass
-class JobStats:
-    """A job's steps judged, their median wait summed, and their bus bandwidths summed."""
-
-    steps: int = 0
-    wait_s: float = 0.0
-    busbw_sum: float = 0.0
-
-    @property
-    def busbw_gbps(self) -> float:
-        return self.busbw_sum / self.steps if self.steps else 0.0
-
-
-@dataclass
-class _Job:
-    comms: dict[str, _Comm] = field(default_factory=dict)
-    progress: dict[str, ProgressReport] = field(default_factory=dict)  # by host
-    first_seen_s: float | None = None
 
 
 class Detector:
@@ -117,22 +47,24 @@ class Detector:
 
     def __init__(self, settings: DetectorSettings | None = None) -> None:
         self.settings = settings or DetectorSettings()
-        self.jobs: dict[str, _Job] = {}
+        self.jobs: dict[str, JobState] = {}
         self.open: dict[tuple[str, FindingClass, str], Finding] = {}
         self._last_confirmed: dict[tuple[str, FindingClass, str], int] = {}
+        self._pending: dict[tuple[str, FindingClass, str], tuple[float, int]] = {}
+        """Slowdowns confirmed but not yet for ``persist_s``: (first confirmed at, last tick)."""
         self.steps_judged = 0
         self.stats: dict[str, JobStats] = {}
         """Per job since the last :meth:`take_stats`: what ``c4p report`` shows."""
 
     # -- input ----------------------------------------------------------------------------------
 
-    def _comm(self, job_id: str, communicator: str) -> _Comm:
+    def _comm(self, job_id: str, communicator: str) -> CommState:
         job = self.jobs.get(job_id)
         if job is None:
-            job = self.jobs[job_id] = _Job()
+            job = self.jobs[job_id] = JobState()
         comm = job.comms.get(communicator)
         if comm is None:
-            comm = job.comms[communicator] = _Comm()
+            comm = job.comms[communicator] = CommState()
         return comm
 
     def set_paths(self, job_id: str, communicator: str, paths: PathIndex | None) -> None:
@@ -150,9 +82,11 @@ class Detector:
         for key in [k for k in self.open if k[0] == job_id]:
             del self.open[key]
             self._last_confirmed.pop(key, None)
+        for key in [k for k in self._pending if k[0] == job_id]:
+            del self._pending[key]
 
     def accept(self, report: TelemetryReport) -> None:
-        last: tuple[str, str, _Comm] | None = None
+        last: tuple[str, str, CommState] | None = None
         for summary in report.steps:  # one report: mostly one job and communicator
             if last is None or last[:2] != (summary.job_id, summary.communicator):
                 last = (
@@ -162,7 +96,7 @@ class Detector:
                 )
             last[2].window.add(summary)
         for progress in report.progress:
-            self.jobs.setdefault(progress.job_id, _Job()).progress[progress.host] = progress
+            self.jobs.setdefault(progress.job_id, JobState()).progress[progress.host] = progress
 
     # -- evaluation -----------------------------------------------------------------------------
 
@@ -177,7 +111,7 @@ class Detector:
                 found: list[Finding] = []
                 for parts in comm.window.ready():
                     comm.judged_at[parts[0].step] = now_s
-                    found.extend(self._judge(comm, join(parts, comm.keys)))
+                    found.extend(self._judge(comm, join(parts, comm.keys), now_s))
                 found.extend(self._hangs(job_id, name, comm, job))
                 while len(comm.judged_at) > 256:
                     del comm.judged_at[next(iter(comm.judged_at))]
@@ -185,11 +119,25 @@ class Detector:
             out.extend(_timed(f, {}, now_s) for f in self._startup(job_id, job, now_s))
         return out
 
-    def _confirm(self, finding: Finding, tick: int) -> list[Finding]:
+    def _confirm(self, finding: Finding, tick: int, now_s: float | None = None) -> list[Finding]:
+        """Open a finding (or note that an open one still holds). With ``now_s`` (the per-step
+        slowdowns), only once the same element has been confirmed for ``persist_s`` seconds
+        without a gap of ``clear_steps``: see :class:`DetectorSettings`."""
         key = finding.key
-        self._last_confirmed[key] = tick
         if key in self.open:
+            self._last_confirmed[key] = tick
             return []
+        if now_s is not None and self.settings.persist_s > 0:
+            since = self._pending.get(key)
+            if since is None or tick - since[1] >= self.settings.clear_steps:
+                since = (now_s, tick)
+            self._pending[key] = (since[0], tick)
+            if now_s - since[0] < self.settings.persist_s:
+                if len(self._pending) > 4096:  # bounded: forget the stalest
+                    del self._pending[min(self._pending, key=lambda k: self._pending[k][1])]
+                return []
+            del self._pending[key]
+        self._last_confirmed[key] = tick
         self.open[key] = finding
         return [finding]
 
@@ -207,10 +155,18 @@ class Detector:
                 out.append(_cleared(f, step))
         return out
 
-    def _judge(self, comm: _Comm, frame: StepFrame) -> list[Finding]:
+    def _judge(self, comm: CommState, frame: StepFrame, now_s: float) -> list[Finding]:
         s = self.settings
         self.steps_judged += 1
+        restarted = comm.incarnation != comm.window.incarnation or (
+            comm.step >= 0 and frame.step > comm.step + s.restart_gap_steps
+        )
+        if restarted:  # a new incarnation: new baseline, and the whole communicator settles
+            comm.incarnation, comm.step = comm.window.incarnation, frame.step
+            comm.version = None
+            comm.settle_until = (frame.step + s.grace_steps, now_s + s.grace_s)
         comm.step = max(comm.step, frame.step)
+        now_ns = int(now_s * 1e9)
         if len(comm.seen_ranks) < len(frame.rank) or frame.step % 64 == 0:  # new ranks: cheap check
             for r, h in zip(frame.rank.tolist(), frame.rank_host.tolist(), strict=True):
                 comm.rank_host.setdefault(r, frame.hosts[h])
@@ -227,8 +183,14 @@ class Detector:
             sig = np.where(rows >= 0, comm.paths.signature[np.maximum(rows, 0)], 0)
             moved = (comm.signature[slot] != 0) & (comm.signature[slot] != sig)
             comm.grace_until[slot[moved]] = frame.step + s.grace_steps
+            comm.grace_until_ns[slot[moved]] = now_ns + int(s.grace_s * 1e9)
             comm.signature[slot] = sig
-        grace = comm.grace_until[slot] > frame.step
+        settling = comm.settle_until[0] > frame.step or comm.settle_until[1] > now_s
+        grace = (
+            (comm.grace_until[slot] > frame.step)
+            | (comm.grace_until_ns[slot] > now_ns)
+            | np.full(len(slot), settling)
+        )
         out: list[Finding] = []
         slow = slow_connections(frame, grace, s)
         slow_ranks = np.zeros(0, dtype=np.int64)
@@ -247,8 +209,8 @@ class Detector:
                 bad = confirmed | (slow.judged & (recent >= 2))
                 good = slow.judged & (recent == 0)
                 f = self._slowdown(comm, frame, slow, confirmed, bad, good, rows, first)
-                out.extend(self._confirm(f, frame.step))
-        late = late_ranks(frame, slow_ranks, s)
+                out.extend(self._confirm(f, frame.step, now_s))
+        late = None if settling else late_ranks(frame, slow_ranks, s)
         if len(frame.wait_ns):
             stats = self.stats.setdefault(frame.job_id, JobStats())
             stats.steps += 1
@@ -285,13 +247,13 @@ class Detector:
                             f"{late.wait_median / 1e6:.1f} ms; late {n + 1} steps in a row",
                         ),
                     )
-                    out.extend(self._confirm(f, frame.step))
+                    out.extend(self._confirm(f, frame.step, now_s))
         out.extend(self._expire(frame.job_id, frame.communicator, frame.step))
         return out
 
     def _slowdown(
         self,
-        comm: _Comm,
+        comm: CommState,
         frame: StepFrame,
         slow: object,
         confirmed: npt.NDArray[np.bool_],
@@ -350,92 +312,10 @@ class Detector:
             evidence=tuple(evidence[: s.max_evidence + 3]),
         )
 
-    def _hangs(self, job_id: str, name: str, comm: _Comm, job: _Job) -> list[Finding]:
-        s = self.settings
-        ranks = [r for p in job.progress.values() for r in p.ranks if r.communicator == name]
-        if not ranks:
-            return []
-        arr = np.fromiter(
-            chain.from_iterable(map(_PROGRESS, ranks)), dtype=np.int64, count=5 * len(ranks)
-        ).reshape(-1, 5)
-        if len(comm.seen_ranks) < len(ranks):
-            comm.seen_ranks.update(arr[:, 0].tolist())
-        hang_ns = max(s.hang_min_s * 1e9, s.hang_steps * comm.step_ns)
-        hung = hung_ranks(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], hang_ns)
-        if hung is None:
-            return []
-        out: list[Finding] = []
-        if len(hung.missing) and hung.waiting >= max(1, (hung.ranks - len(hung.missing)) // 2):
-            for r in hung.missing[: s.max_candidates * 4].tolist():
-                out.extend(
-                    self._confirm(
-                        Finding(
-                            job_id,
-                            FindingClass.NONCOMM_HANG,
-                            ElementKind.RANK,
-                            f"rank {r}",
-                            round(1.0 / max(1, len(hung.missing)) ** 0.5, 3),
-                            name,
-                            hung.step,
-                            hung.step,
-                            host=_host_of(job, name, r),
-                            evidence=(
-                                f"rank {r} never arrived at step {hung.step}; {hung.waiting} of "
-                                f"{hung.ranks} ranks inside it for over {hang_ns / 1e9:.1f} s",
-                            ),
-                        ),
-                        hung.step,
-                    )
-                )
-        elif hung.all_inside:
-            out.extend(self._comm_hang(job_id, name, comm, job, hung.step, hung.ranks, hang_ns))
-        return out
+    def _hangs(self, job_id: str, name: str, comm: CommState, job: JobState) -> list[Finding]:
+        return hangs.hang_findings(self.settings, self._confirm, job_id, name, comm, job)
 
-    def _comm_hang(
-        self, job_id: str, name: str, comm: _Comm, job: _Job, step: int, ranks: int, hang_ns: float
-    ) -> list[Finding]:
-        s = self.settings
-        conns = [
-            c for p in job.progress.values() for c in p.connections if c.key.communicator == name
-        ]
-        if not conns:
-            return []
-        k = np.fromiter(
-            chain.from_iterable(map(_CONN_PROGRESS, conns)), dtype=np.int64, count=6 * len(conns)
-        ).reshape(-1, 6)
-        packed = pack(k[:, 0], k[:, 1], k[:, 2], k[:, 3])
-        stuck = hung_connections(k[:, 4], k[:, 5], comm.step_ns, s)
-        idx = np.flatnonzero(stuck)
-        names = [connection_name(name, int(packed[i])) for i in idx[: s.max_evidence]]
-        evidence = [f"all {ranks} ranks inside step {step} for over {hang_ns / 1e9:.1f} s"] + [
-            f"{n}: idle {k[i, 5] / 1e9:.1f} s, {k[i, 4]} posted"
-            for n, i in zip(names, idx, strict=False)
-        ]
-        kind, element, conf = ElementKind.CONNECTION, names[0], 1.0 / len(idx)
-        candidates: tuple[tuple[str, float], ...] = ()
-        if comm.paths is not None:
-            rows = comm.paths.rows(packed)
-            located = localize.tomography(comm.paths, rows[idx], rows[~stuck], s.max_candidates)
-            if len(idx) > 1 and located.kind:
-                kind, element, conf = ElementKind(located.kind), located.element, located.confidence
-            candidates = ((located.element, round(located.confidence, 3)), *located.candidates)
-            if located.kind:
-                evidence.append(f"on its path: {', '.join(c for c, _ in candidates)}")
-        f = Finding(
-            job_id,
-            FindingClass.COMM_HANG,
-            kind,
-            element,
-            round(conf, 3),
-            name,
-            step,
-            step,
-            candidates=candidates[: s.max_candidates],
-            evidence=tuple(evidence),
-        )
-        return self._confirm(f, step)
-
-    def _startup(self, job_id: str, job: _Job, now_s: float) -> list[Finding]:
+    def _startup(self, job_id: str, job: JobState, now_s: float) -> list[Finding]:
         """Planned ranks that never reported, once the job has reported for ``startup_s``."""
         assert job.first_seen_s is not None
         if now_s - job.first_seen_s < self.settings.startup_s:
@@ -454,13 +334,6 @@ class Detector:
                                       f"{now_s - job.first_seen_s:.0f} s",))  # fmt: skip
                 out.extend(self._confirm(f, comm.step))
         return out
-
-
-def _host_of(job: _Job, communicator: str, rank: int) -> str:
-    for p in job.progress.values():
-        if any(r.rank == rank and r.communicator == communicator for r in p.ranks):
-            return p.host
-    return ""
 
 
 def _timed(f: Finding, judged_at: dict[int, float], now_s: float) -> Finding:

@@ -67,15 +67,24 @@ class DetectorSettings:
     Why both a ratio and a robust z-score: the ratio says "slow enough to matter" (a link at
     70% of its peers' rate costs the whole ring 30%), the z-score "unlike its peers given this
     job's own spread" (a noisy job needs a larger gap than a quiet one).
+
+    Why a persistence in seconds besides the steps: at tens of steps a second, three steps are
+    a tenth of a second, as long as a busy host keeps one rank's sender off the CPU; a link
+    that is really slow stays slow. A slowdown (of connections or a rank's compute) becomes a
+    finding when its element has been named for ``persist_s`` seconds, never more than
+    ``clear_steps`` steps apart. Hangs have their own time threshold (``hang_min_s``).
     """
 
     slow_ratio: float = 0.75  # a connection slower than this fraction of the median rate ...
     slow_z: float = 4.0  # ... and this many robust deviations below it
     late_fraction: float = 0.15  # a rank's extra compute, as a fraction of the median step time
     late_z: float = 5.0
-    persist_steps: int = 3  # consecutive steps a syndrome must show before a finding
+    persist_steps: int = 3  # consecutive steps a syndrome must show before a finding ...
+    persist_s: float = 1.0  # ... and its element confirmed this long (a slowdown), see below
     clear_steps: int = 10  # steps without the syndrome before a finding is cleared
-    grace_steps: int = 5  # steps a connection whose path changed is not judged
+    grace_steps: int = 5  # steps a connection whose path changed is not judged ...
+    grace_s: float = 3.0  # ... nor for this long (whichever ends later), also after a restart
+    restart_gap_steps: int = 8  # a jump in step numbers this large: a new incarnation
     hang_min_s: float = 2.0  # a hang is at least this long ...
     hang_steps: float = 10.0  # ... and this many median step times
     hang_tolerance: float = 0.25  # connections that stopped within this share of the hang

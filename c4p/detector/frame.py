@@ -143,8 +143,16 @@ class StepWindow:
         self._pending: dict[int, _Pending] = {}
         self.done_through = -1  # every step up to this one was emitted (or skipped)
         self.late = 0  # summaries of steps already judged (counted, dropped)
+        self.incarnation = 0  # counts the times the steps started over (a restarted job)
 
     def add(self, summary: StepSummary) -> None:
+        if summary.step + self.keep < self.done_through:
+            # far behind what was judged: not a late summary but a new incarnation of the
+            # communicator numbering its calls from the start again (a restarted job)
+            self.incarnation += 1
+            self._pending.clear()
+            self.hosts.clear()
+            self.done_through = -1
         if summary.step <= self.done_through:
             self.late += 1
             return

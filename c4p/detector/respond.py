@@ -10,6 +10,12 @@ c4p never kills jobs. Per job, the control mode decides:
 * ``shadow``: the event says what would be done (``acted`` false), nothing is done;
 * ``active``: the drain happens; reports go to the webhook as well.
 
+A *host* link (a NIC to its leaf) is never drained on the detector's word: a host has one or a
+few such links, so draining one can leave the job's ranks on that host with no path at all (the
+job unplannable until an operator restores it), which is the scheduler's call, not the path
+controller's. A suspect host link is reported like a rank, naming the host and its NIC port, with
+the evidence.
+
 Every action is reversible (``c4p admin restore LINK``; the drain's hold-down and damping
 apply) and recorded: the event carries the evidence, and the drain's reason names the event,
 so the decision log's trigger leads back to the samples. Pure: the service does the I/O.
@@ -83,13 +89,28 @@ class Event:
     truth: str = ""  # "tp" / "fp" where a replay knows (a simulation, the lab); else ""
 
 
-def decide(finding: Finding, mode: ControlMode) -> tuple[Action, bool, str] | None:
-    """The action for a finding under a mode: (action, acted, detail); ``None``: ignore."""
+def decide(
+    finding: Finding, mode: ControlMode, host_end: str = ""
+) -> tuple[Action, bool, str] | None:
+    """The action for a finding under a mode: (action, acted, detail); ``None``: ignore.
+
+    ``host_end``: for a finding that names a link, the link's host end (``host:port``) when it
+    is a host link, which is reported and never drained (see the module docstring)."""
     if mode is ControlMode.OFF:
         return None
     if finding.cleared:
         return Action.NONE, False, "syndrome gone"
     active = mode is ControlMode.ACTIVE
+    verb = "reported" if active else "would report"
+    if finding.kind is ElementKind.LINK and host_end:
+        host, _, port = host_end.partition(":")
+        return (
+            Action.REPORT,
+            active,
+            f"{verb} host link {finding.element} (host {host}, NIC port {port}) for the "
+            "scheduler to isolate; "
+            "host links are never drained automatically",
+        )
     drainable = (
         finding.kind is ElementKind.LINK
         and finding.cls in (FindingClass.COMM_SLOWDOWN, FindingClass.COMM_HANG)
@@ -99,7 +120,6 @@ def decide(finding: Finding, mode: ControlMode) -> tuple[Action, bool, str] | No
         verb = "drained" if active else "would drain"
         return Action.DRAIN, active, f"{verb} {finding.element}; undo: c4p admin restore"
     what = finding.element + (f" on {finding.host}" if finding.host else "")
-    verb = "reported" if active else "would report"
     return Action.REPORT, active, f"{verb} {what} for the scheduler to isolate"
 
 

@@ -92,6 +92,7 @@ class Hung:
     waiting: int  # ranks inside that step longer than the threshold
     ranks: int
     all_inside: bool  # every rank inside the step: a communication hang
+    behind: bool = False  # every rank stuck inside a call, ``missing`` at the lowest step
 
 
 def hung_ranks(
@@ -102,19 +103,32 @@ def hung_ranks(
     idle_ns: IntArray,
     hang_ns: float,
 ) -> Hung | None:
-    """Ranks of one communicator stuck for longer than ``hang_ns`` (``None``: no hang)."""
+    """Ranks of one communicator stuck for longer than ``hang_ns`` (``None``: no hang).
+
+    Why "inside any step" and not "inside the newest step": when a rank stops, its peers do
+    not all stop in one step. In a ring each rank finishes the rounds its predecessor fed it
+    and blocks on the next, so the ranks spread over two or three steps; counting only those
+    in the newest step as waiting, a hung rank was missed about one run in three in the lab."""
     if len(rank) < 2:
         return None
-    step = int(arrived.max())
-    inside = (arrived == step) & (completed < step) & (inside_ns > hang_ns)
-    waiting = int(inside.sum())
+    inside_now = completed < arrived
+    stuck = inside_now & (inside_ns > hang_ns)
+    waiting = int(stuck.sum())
     if waiting == 0:
         return None
-    missing = rank[(arrived < step) & (idle_ns > hang_ns)]
-    all_inside = waiting == len(rank)
-    if len(missing) == 0 and not all_inside:
-        return None
-    return Hung(missing, step, waiting, len(rank), all_inside)
+    step = int(arrived.max())
+    missing = rank[~inside_now & (idle_ns > hang_ns)]
+    if len(missing):
+        return Hung(missing, step, waiting, len(rank), False)
+    if waiting < len(rank):
+        return None  # some ranks still move: not a hang (yet)
+    low = int(arrived.min())
+    if low == step:  # every rank inside the same step: a communication hang
+        return Hung(missing, step, waiting, len(rank), True)
+    # Every rank inside a call and none moving, at different steps: a rank stopped inside its
+    # call (a process frozen mid-collective) lets its successors run a few rounds ahead, so
+    # nobody is outside; those furthest behind hold the others.
+    return Hung(rank[arrived == low], low, waiting, len(rank), False, behind=True)
 
 
 def hung_connections(

@@ -18,7 +18,8 @@ timing model is small and stated here so its assumptions can be argued with:
   and is expected to be missed (the table shows where the threshold lies);
 * benign phases: the message size changes (every rate moves together), and a re-plan (the real
   planner's, after draining the busiest uplink) moves flows, which run at a third of their
-  rate for three steps (as long as a fault must last to be found) while their QPs move.
+  rate for ``move_s`` while their QPs move (2 s: an assumption, longer than a fault must last
+  to be found, ``persist_s``; a re-plan takes a wall time to reach every rank, not steps).
 
 Scoring (:func:`score`): a finding is *true* when its class is the injected one and it opens
 after the fault started; *localized* when it names the injected element. Precision per class is
@@ -34,9 +35,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from c4p.detector.detector import Detector, connection_name
+from c4p.detector.detector import Detector
 from c4p.detector.findings import DetectorSettings, Finding, FindingClass
 from c4p.detector.paths import PathIndex, pack
+from c4p.detector.state import connection_name
 from c4p.detector.summary import (
     ConnectionKey,
     ConnectionProgress,
@@ -102,9 +104,10 @@ class Model:
     lossy_sigma: float = 0.25
     late_factor: float = 0.6  # a compute-slow rank's extra compute, of the median
     steps_before: int = 12
-    steps_during: int = 12
+    steps_during: int = 24  # ~3 s: a slowdown must hold for persist_s (1 s) to be found
     progress_s: float = 0.5  # progress reports' period
     hang_s: float = 6.0  # how long a hang is watched
+    move_s: float = 2.0  # a re-plan's moved QPs run slow this long (a wall time, not steps)
 
 
 @dataclass
@@ -273,8 +276,8 @@ def scenario(job: SimJob, kind: str, m: Model, seed: int, settings: DetectorSett
         run.epoch += 1
         run.slow_conn = np.where(moved, 1 / 3, 1.0)
     if kind not in ("hung rank", "hung connection"):
-        for i in range(m.steps_during):
-            if kind == "re-plan moving flows" and i == 3:
+        for _ in range(m.steps_during):
+            if kind == "re-plan moving flows" and run.now - fault_at >= m.move_s:
                 run.slow_conn[:] = 1.0
             if kind == "message size change":  # smaller messages: everyone's rate lower
                 run.factor[:] = 0.8

@@ -161,7 +161,8 @@ def markdown(rows: Sequence[DetectRow], command: str, seconds: float) -> str:
         "`c4p/detector/sim.py`. Precision counts every finding of a class in every scenario "
         "(benign phases included); localization is the share of detected faults whose finding "
         "names the injected link, rank or connection; latency is from the fault's start (a step "
-        "takes about 0.13 s here: a slowdown is confirmed after 3 steps, a hang after 2 s).",
+        "takes about 0.13 s here: a slowdown is confirmed after 3 steps and once its element "
+        "held for `persist_s`, 1 s; a hang after 2 s).",
         "",
         "| fabric | class | injected | recall | precision | localization | in candidates | "
         "latency (s) |",

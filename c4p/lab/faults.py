@@ -68,6 +68,8 @@ class Fault:
         end = end_of(self.lab, self.link, self.at)
         try:
             netns.run(self.command(), ns=end.namespace)
+            if self.kind == "down":
+                self._converge(down=True)
         except LabError:
             if self.kind != "loss":
                 raise
@@ -85,10 +87,29 @@ class Fault:
         end = end_of(self.lab, self.link, self.at)
         if self.kind == "down":
             netns.run(["ip", "link", "set", end.interface, "up"], ns=end.namespace)
+            self._converge(down=False)
         else:
             netns.run(["tc", "qdisc", "del", "dev", end.interface, "root"], ns=end.namespace,
                       check=False)  # fmt: skip
         self.applied = False
+
+    def _converge(self, *, down: bool) -> None:
+        """Static routing, converged as a routing protocol would after the cut (and back).
+
+        Why: taking a device down flushes the routes whose only next hop it was (the spine's
+        route to the leaf's hosts) and bringing it up does not restore them; and the other
+        leaves' static routes kept the spine as a next hop for that leaf's hosts. QPs hashed
+        there were black-holed: during the cut, whatever the controller planned, half of the
+        QPs into the leaf (the ring stayed at twice its step time), and after it, every QP
+        planned over the link again. With BGP the lab's routers withdraw and re-announce."""
+        if self.lab.routing != "static":
+            return
+        number = self.lab.fabric.index.link_number(self.link)
+        if down:
+            self.lab.down_links.add(number)
+        else:
+            self.lab.down_links.discard(number)
+        self.lab._static_routes()  # noqa: SLF001 (the lab's own routes, replaced)
 
 
 def line_rate(lab: Lab, rate: str = "200mbit") -> None:

@@ -97,6 +97,7 @@ def _progress(p: pb.TelemetryProgress, host: str, where: str) -> ProgressReport:
             _key(c.key, f"{where}.connections[{j}].key", c.HasField("key")),
             c.bytes_total,
             c.idle_ns,
+            c.posted,
         )
         for j, c in enumerate(p.connections)
     )

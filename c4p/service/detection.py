@@ -26,6 +26,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict
+from dataclasses import replace as _replace
 from typing import Any
 
 from c4p.api.v1 import admin_pb2
@@ -35,7 +36,7 @@ from c4p.controller.loop import ControllerLoop
 from c4p.controller.state import ControllerState
 from c4p.controller.triggers import Key, KeyKind
 from c4p.detector.detector import Detector
-from c4p.detector.findings import DetectorSettings, Finding
+from c4p.detector.findings import DetectorSettings, ElementKind, Finding
 from c4p.detector.paths import PathIndex, build
 from c4p.detector.respond import (
     Action,
@@ -47,6 +48,7 @@ from c4p.detector.respond import (
     drain_reason,
 )
 from c4p.detector.summary import ConnectionKey, TelemetryReport
+from c4p.errors import C4pError
 from c4p.store.base import ControlMode
 
 log = logging.getLogger("c4p.detector")
@@ -220,7 +222,10 @@ class DetectionService:
     def _respond(self, finding: Finding, now: float) -> Event | None:
         found = self.state.mode_if_registered(finding.job_id)
         mode = found[0] if found is not None else ControlMode.OFF
-        decided = decide(finding, mode)
+        host_end = self._host_end(finding)
+        if host_end:  # the host behind the NIC link is the one the scheduler must hear of
+            finding = _replace(finding, host=host_end.partition(":")[0])
+        decided = decide(finding, mode, host_end)
         if decided is None:
             return None
         action, acted, detail = decided
@@ -257,6 +262,21 @@ class DetectionService:
             extra={"event": "detector", "job": finding.job_id, "sequence": event.sequence},
         )
         return self.events.add(event)
+
+    def _host_end(self, finding: Finding) -> str:
+        """The host end (``host:port``) of the link a finding names, when it is a host link
+        (those are reported, never drained: :mod:`c4p.detector.respond`); else ``""``."""
+        if finding.kind is not ElementKind.LINK:
+            return ""
+        index = self.state.fabric.index
+        try:
+            res = 2 * index.link_number(finding.element)
+        except C4pError:
+            return ""
+        for node in (int(index.res_src[res]), int(index.res_dst[res])):
+            if not index.is_switch(node):
+                return str(index.node_names[node])
+        return ""
 
     def _stats(self, now: float) -> list[Event]:
         interval, self._stats_at = now - self._stats_at, now

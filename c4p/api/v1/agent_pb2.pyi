@@ -198,14 +198,16 @@ class TelemetryRankProgress(_message.Message):
     def __init__(self, communicator: _Optional[str] = ..., rank: _Optional[int] = ..., last_arrived: _Optional[int] = ..., last_completed: _Optional[int] = ..., inside_ns: _Optional[int] = ..., idle_ns: _Optional[int] = ...) -> None: ...
 
 class TelemetryConnectionProgress(_message.Message):
-    __slots__ = ("key", "bytes_total", "idle_ns")
+    __slots__ = ("key", "bytes_total", "idle_ns", "posted")
     KEY_FIELD_NUMBER: _ClassVar[int]
     BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     IDLE_NS_FIELD_NUMBER: _ClassVar[int]
+    POSTED_FIELD_NUMBER: _ClassVar[int]
     key: TelemetryConnectionKey
     bytes_total: int
     idle_ns: int
-    def __init__(self, key: _Optional[_Union[TelemetryConnectionKey, _Mapping]] = ..., bytes_total: _Optional[int] = ..., idle_ns: _Optional[int] = ...) -> None: ...
+    posted: int
+    def __init__(self, key: _Optional[_Union[TelemetryConnectionKey, _Mapping]] = ..., bytes_total: _Optional[int] = ..., idle_ns: _Optional[int] = ..., posted: _Optional[int] = ...) -> None: ...
 
 class TelemetryProgress(_message.Message):
     __slots__ = ("job_id", "host", "ranks", "connections", "dropped")
