@@ -24,10 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("c4p", "southbound", "topology", "solver")
 
 KNOWN: dict[frozenset[str], str] = {
-    frozenset({"c4p.service.replica", "c4p.service.runtime"}): (
-        "the replica's leadership loop starts and stops the runtime that owns it (issue 32; "
-        "being moved by the engineer on c4p/service)"
-    ),
     frozenset({"topology.index", "topology.model", "topology.routing"}): (
         "the fabric model builds its index lazily and the index its routing, which reads the "
         "model (issue 32; being moved by the engineer on topology)"
