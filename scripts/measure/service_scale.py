@@ -48,7 +48,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from c4p.client import AdminClient, FlowIntentClient, communicator
 from c4p.client.sync import BindingWatch, JobSession
-from c4p.testing.processes import kill, spawn
+from c4p.testing.processes import alive, kill, spawn
 
 ADMIN = "measure-admin-token-0123456789"
 BIG = [
@@ -67,6 +67,16 @@ parser.add_argument("--dir", type=Path, default=Path("/work/scratch/svc"))
 parser.add_argument("--budget", type=float, default=2.0, help="planner.budget_s")
 parser.add_argument("--timeout", type=float, default=900.0, help="Per phase, seconds.")
 parser.add_argument("--json", type=Path, default=None)
+parser.add_argument(
+    "--debounce",
+    type=float,
+    default=0.0,
+    help="controller.debounce_s (max_delay_s 30 s) so the burst of submits is one plan; 0: the "
+    "defaults (0.05 / 0.2 s: the burst lands in several plans).",
+)
+parser.add_argument(
+    "--rss-limit-gb", type=float, default=10.0, help="Kill the server beyond this (shared machine)."
+)
 args = parser.parse_args()
 ROOT = Path(__file__).resolve().parents[2]
 C4P = [sys.executable, "-m", "c4p"]
@@ -89,7 +99,7 @@ def load() -> str:
 
 
 def fabric_file() -> Path:
-    path = args.dir / f"fat-tree-{args.gpus}.json"
+    path: Path = args.dir / f"fat-tree-{args.gpus}.json"
     if not path.exists():
         extra = BIG if args.gpus == 131_072 else []
         cmd = [*C4P, "fabric", "generate", "fat-tree", "--gpus", str(args.gpus), *extra]
@@ -108,7 +118,7 @@ def hosts_of(path: Path) -> tuple[list[str], int]:
 
 
 def start_server(directory: Path, fabric: Path) -> tuple[subprocess.Popen[bytes], str, float]:
-    config = {
+    config: dict[str, Any] = {
         "fabric": {"path": str(fabric)},
         "listen": {"address": "127.0.0.1:0", "grace_s": 0.5},
         "store": {"path": str(directory / "c4p.db"), "synchronous": "normal"},
@@ -117,6 +127,8 @@ def start_server(directory: Path, fabric: Path) -> tuple[subprocess.Popen[bytes]
         "logging": {"level": "info"},
         "planner": {"budget_s": args.budget},
     }
+    if args.debounce:
+        config["controller"] = {"debounce_s": args.debounce, "max_delay_s": 30.0}
     (directory / "c.yaml").write_text(yaml.safe_dump(config))
     ready = directory / "ready"
     ready.unlink(missing_ok=True)
@@ -139,6 +151,10 @@ def start_server(directory: Path, fabric: Path) -> tuple[subprocess.Popen[bytes]
     return child, address, took
 
 
+SERVER: subprocess.Popen[bytes] | None = None
+"""The ``c4p serve`` being measured (waits end early when it is gone)."""
+
+
 def wait_all(
     watches: list[BindingWatch], done: Any, start: float, timeout: float
 ) -> list[float | None]:
@@ -146,7 +162,7 @@ def wait_all(
     seconds from ``start`` at which each first held (``None``: never)."""
     seen: list[float | None] = [None] * len(watches)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(s is None for s in seen):
+    while time.monotonic() < deadline and any(s is None for s in seen) and alive(SERVER):
         for i, w in enumerate(watches):
             if seen[i] is None and done(i, w.mirror):
                 seen[i] = time.monotonic() - start
@@ -167,10 +183,26 @@ def main() -> dict[str, Any]:
     for name in ("c4p.db", "c4p.db-wal", "c4p.db-shm", "log"):
         (run / name).unlink(missing_ok=True)
     out: dict[str, Any] = {"gpus": args.gpus, "jobs": args.jobs, "ranks": args.ranks}
+    out["debounce_s"] = args.debounce
     out["load_before"] = load()
     print(f"load {out['load_before']}", flush=True)
     child, address, out["startup_s"] = start_server(run, fabric)
     pid = child.pid
+    global SERVER
+    SERVER = child
+    guard = threading.Event()
+
+    def watchdog() -> None:
+        """The machine is shared: a server past ``--rss-limit-gb`` is killed, and said so."""
+        while not guard.wait(0.2) and child.poll() is None:
+            rss = status_mb(pid, "VmRSS")
+            if rss > args.rss_limit_gb * 1024:
+                print(f"KILLED: server RSS {rss:.0f} MB > {args.rss_limit_gb} GB", flush=True)
+                out["killed_at_rss_mb"] = round(rss)
+                kill(child, 10)
+                return
+
+    threading.Thread(target=watchdog, daemon=True).start()
     out["rss_serving_mb"] = round(status_mb(pid, "VmRSS"))
     out["cpu_startup_s"] = round(cpu_s(pid), 2)
     print(f"serving at {address} after {out['startup_s']:.2f} s, RSS {out['rss_serving_mb']} MB")
@@ -232,7 +264,9 @@ def main() -> dict[str, Any]:
         names = [s.job_id for s in sessions]
         expect = [names.index(j) for j in decision.jobs_changed if j in names]
         deadline = time.monotonic() + args.timeout
-        while any(changed[i] is None for i in expect) and time.monotonic() < deadline:
+        while (
+            any(changed[i] is None for i in expect) and time.monotonic() < deadline and alive(child)
+        ):
             time.sleep(0.01)
         stop.set()
         poller.join()
@@ -256,6 +290,7 @@ def main() -> dict[str, Any]:
             flush=True,
         )
     finally:
+        guard.set()
         for w in watches:
             w.stop(5)
         flow.close()

@@ -1,0 +1,52 @@
+"""WatchBindings builds its messages off the service's event loop (issue 31, the service at scale).
+
+Why it matters: the event loop answers every call and feeds every stream. At 131,072 GPUs a
+plan pushes 64 full sets of 4,096 bindings; converting them to protobuf on the loop held the
+health check, admin calls and the other streams for the whole conversion. The real service on
+loopback, a real job and stream; ``convert.updates`` is wrapped only to note the thread it runs
+on (it still does the conversion).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from service_cases import clients, hosts, serving, spread_fabric
+
+from c4p.api.v1 import flow_intent_pb2 as fi
+from c4p.client import communicator
+from c4p.controller.state import JobUpdate
+from c4p.service import convert
+
+FABRIC = spread_fabric()
+HOSTS = hosts(FABRIC)
+
+
+def test_binding_messages_are_built_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[str] = []
+    real = convert.updates
+
+    def noting(
+        update: JobUpdate, chunk: int = convert.MAX_BINDINGS_PER_MESSAGE
+    ) -> Iterator[fi.BindingUpdate]:
+        for message in real(update, chunk):
+            threads.append(threading.current_thread().name)
+            yield message
+
+    monkeypatch.setattr(convert, "updates", noting)
+    with serving(FABRIC, tmp_path) as service, clients(service.address) as (flow, _):
+        job = flow.register_job("train", hosts=HOSTS[:2])
+        watch = job.watch()
+        try:
+            reply = job.submit([communicator("dp", qps_per_connection=2)])
+            assert watch.wait_revision(reply.revision, 20)
+            assert len(watch.mirror.snapshot()) == 8
+        finally:
+            watch.stop()
+    assert threads, "no binding message was converted"
+    assert "c4p-embedded" not in threads  # the event loop's thread (c4p.service.embedded)
