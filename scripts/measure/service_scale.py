@@ -68,6 +68,9 @@ parser.add_argument("--budget", type=float, default=2.0, help="planner.budget_s"
 parser.add_argument("--timeout", type=float, default=900.0, help="Per phase, seconds.")
 parser.add_argument("--json", type=Path, default=None)
 parser.add_argument(
+    "--c4p", type=Path, default=None, help="Serve this checkout's code (PYTHONPATH) to compare."
+)
+parser.add_argument(
     "--debounce",
     type=float,
     default=0.0,
@@ -151,6 +154,36 @@ def start_server(directory: Path, fabric: Path) -> tuple[subprocess.Popen[bytes]
     return child, address, took
 
 
+class Stalls:
+    """A health Check every 50 ms on a channel of its own while a phase runs: the slowest
+    answer says how long the service's event loop was held (every call and stream waits)."""
+
+    def __init__(self, address: str) -> None:
+        self.channel = grpc.insecure_channel(address)
+        self.stub = health_pb2_grpc.HealthStub(self.channel)
+        self.worst = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            t = time.monotonic()
+            try:
+                self.stub.Check(health_pb2.HealthCheckRequest(), timeout=args.timeout)
+            except grpc.RpcError:
+                return
+            self.worst = max(self.worst, time.monotonic() - t)
+
+    def __enter__(self) -> Stalls:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(args.timeout)
+        self.channel.close()
+
+
 SERVER: subprocess.Popen[bytes] | None = None
 """The ``c4p serve`` being measured (waits end early when it is gone)."""
 
@@ -172,6 +205,8 @@ def wait_all(
 
 def main() -> dict[str, Any]:
     args.dir.mkdir(parents=True, exist_ok=True)
+    if args.c4p is not None:  # the child inherits it (c4p.testing.processes.spawn)
+        os.environ["PYTHONPATH"] = str(args.c4p.resolve())
     fabric = fabric_file()
     hosts, nics = hosts_of(fabric)
     per_job = args.ranks // nics
@@ -184,6 +219,7 @@ def main() -> dict[str, Any]:
         (run / name).unlink(missing_ok=True)
     out: dict[str, Any] = {"gpus": args.gpus, "jobs": args.jobs, "ranks": args.ranks}
     out["debounce_s"] = args.debounce
+    out["c4p"] = str(args.c4p or ROOT)
     out["load_before"] = load()
     print(f"load {out['load_before']}", flush=True)
     child, address, out["startup_s"] = start_server(run, fabric)
@@ -222,7 +258,11 @@ def main() -> dict[str, Any]:
         t0 = time.monotonic()
         revisions = [s.submit([ring]).revision for s in sessions]
         out["submit_calls_s"] = round(time.monotonic() - t0, 2)
-        seen = wait_all(watches, lambda i, m: m.intent_revision >= revisions[i], t0, args.timeout)
+        with Stalls(address) as stalls:
+            seen = wait_all(
+                watches, lambda i, m: m.intent_revision >= revisions[i], t0, args.timeout
+            )
+        out["health_check_worst_s"] = round(stalls.worst, 2)
         if any(s is None for s in seen):
             raise SystemExit(f"{sum(s is None for s in seen)} jobs got no bindings in time")
         out["submit_to_all_bindings_s"] = round(max(s for s in seen if s is not None), 2)
@@ -239,6 +279,7 @@ def main() -> dict[str, Any]:
         print(
             f"{args.jobs} submits in {out['submit_calls_s']} s; all {out['bindings']} bindings"
             f" after {out['submit_to_all_bindings_s']} s (first job {out['submit_to_first_bindings_s']} s),"
+            f" a health check waited up to {out['health_check_worst_s']} s,"
             f" RSS {out['rss_bound_mb']} MB",
             flush=True,
         )
@@ -258,18 +299,26 @@ def main() -> dict[str, Any]:
 
         poller = threading.Thread(target=poll)
         poller.start()
-        answer = admin.drain(link, "service_scale measurement", wait=True)
-        out["drain_decided_s"] = round(time.monotonic() - t0, 2)
-        decision = answer.decision
-        names = [s.job_id for s in sessions]
-        expect = [names.index(j) for j in decision.jobs_changed if j in names]
-        deadline = time.monotonic() + args.timeout
-        while (
-            any(changed[i] is None for i in expect) and time.monotonic() < deadline and alive(child)
-        ):
-            time.sleep(0.01)
-        stop.set()
-        poller.join()
+        with Stalls(address) as stalls:
+            answer = admin.drain(link, "service_scale measurement", wait=True)
+            decision = answer.decision
+            deadline = time.monotonic() + args.timeout
+            while decision.epoch <= out["epoch_after_submit"] and time.monotonic() < deadline:
+                time.sleep(0.5)  # the drain's wait (budget + 60 s) ran out: ask for the plan
+                decision = admin.plan().decision
+            out["drain_decided_s"] = round(time.monotonic() - t0, 2)
+            names = [s.job_id for s in sessions]
+            expect = [names.index(j) for j in decision.jobs_changed if j in names]
+            deadline = time.monotonic() + args.timeout
+            while (
+                any(changed[i] is None for i in expect)
+                and time.monotonic() < deadline
+                and alive(child)
+            ):
+                time.sleep(0.01)
+            stop.set()
+            poller.join()
+        out["drain_health_check_worst_s"] = round(stalls.worst, 2)
         pushed = [changed[i] for i in expect]
         out["drain_jobs_changed"] = len(expect)
         out["drain_bindings_changed"] = int(decision.bindings_changed + decision.bindings_added)
