@@ -13,7 +13,8 @@ from this process over gRPC:
   a gRPC health check then confirms SERVING);
 * **submit -> all bindings**: ``--jobs`` jobs of ``--ranks`` ranks each (whole hosts, every NIC
   a rank; the hosts shuffled with seed 0, so a job spreads over pods) are registered and each
-  starts its WatchBindings; then each submits one ring (rail layout: one ring per rail over
+  starts its WatchBindings; once a step covered the registrations (an admin Replan that
+  waits), each submits one ring (rail layout: one ring per rail over
   NIC r of each host) with 2 QPs per connection, one after another. Reported: the submits'
   time, and from the first submit until every job's watch holds bindings covering its submit
   (``intent_revision``), with the bindings counted;
@@ -23,7 +24,16 @@ from this process over gRPC:
   the reconcile loop, which re-plans and pushes the differences exactly as for a link-down
   event). Reported: until the drain's decision is committed, and until every job the decision
   changed has received its new epoch on its watch;
-* **memory**: the server's resident set after each phase and its peak (``VmHWM``).
+* **memory**: the server's resident set after each phase and its peak (``VmHWM``);
+* **stalls**: the slowest of the health Checks sent every 50 ms during each phase (how long the
+  service's event loop, which answers every call and feeds every stream, was held).
+
+``--debounce`` widens the controller's debounce (``max_delay_s`` 30 s) so the burst of submits
+is planned in one step; with the defaults it lands in several, and a step that adds many new
+flows to a previous plan pays the fat-tree repair's search over orders of them
+(``solver.repair.treemoves._orders``), which at 131,072 GPUs grew the server past 20 GB
+(docs/benchmarks-scale.md, "The service at scale"). ``--rss-limit-gb`` kills the server
+beyond that resident size (the machine is shared).
 
 Load matters on a shared machine: ``uptime`` is printed before and after. Results as one JSON
 line at the end (``--json FILE`` also writes them).
@@ -253,6 +263,9 @@ def main() -> dict[str, Any]:
             sessions.append(flow.register_job(f"job-{j:02d}", hosts=mine))
             watches.append(sessions[-1].watch())
         out["register_s"] = round(time.monotonic() - t, 2)
+        # A step that covers the registrations first: the submits then open a debounce window
+        # of their own (else the registrations' window may close on part of the submits).
+        admin.replan("service_scale: registrations", wait=True)
         ring = communicator("dp", pattern="ring", qps_per_connection=args.qps)
         cpu0 = cpu_s(pid)
         t0 = time.monotonic()
