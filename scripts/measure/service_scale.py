@@ -14,9 +14,8 @@ from this process over gRPC:
 * **submit -> all bindings**: ``--jobs`` jobs of ``--ranks`` ranks each (whole hosts, every NIC
   a rank; the hosts shuffled with seed 0, so a job spreads over pods) are registered and each
   starts its WatchBindings; once a step covered the registrations (an admin Replan that
-  waits), each submits one ring, all at once from a thread each (rail layout: one ring per rail over
-  NIC r of each host) with 2 QPs per connection, one after another. Reported: the submits'
-  time, and from the first submit until every job's watch holds bindings covering its submit
+  waits), each submits one ring (rail layout: one ring per rail over NIC r of each host) with
+  2 QPs per connection, all at once from a thread each. Reported: the submits' time, and from the first submit until every job's watch holds bindings covering its submit
   (``intent_revision``), with the bindings counted;
 * **link-down -> new bindings pushed**: an admin DrainLink of ``--fail`` (with a fabric from a
   file there are no switches to report a link down; a drain is the operator's word for the same
