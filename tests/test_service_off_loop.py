@@ -1,4 +1,4 @@
-"""WatchBindings and RegisterJob build their answers off the service's event loop (issue 31).
+"""The service at scale (issue 31): answers built off the event loop; waits as long as the caller.
 
 Why it matters: the event loop answers every call and feeds every stream. At 131,072 GPUs a
 plan pushes 64 full sets of 4,096 bindings; converting them to protobuf on the loop held the
@@ -19,7 +19,7 @@ from service_cases import clients, hosts, serving, spread_fabric
 
 from c4p.api.v1 import flow_intent_pb2 as fi
 from c4p.api.v1 import intents_pb2 as pb
-from c4p.client import communicator
+from c4p.client import AdminClient, communicator
 from c4p.controller.state import JobUpdate
 from c4p.service import convert
 from solver.workload.jobs import RankNic
@@ -72,3 +72,22 @@ def test_registered_ranks_are_resolved_off_the_event_loop(
         assert [r.rank for r in job.ranks] == [0, 1, 2, 3]
         assert all(p.address for r in job.ranks for p in r.ports)
     assert threads and "c4p-embedded" not in threads
+
+
+def test_a_drain_that_waits_answers_before_the_callers_deadline(tmp_path: Path) -> None:
+    """A drain with ``wait`` waits for its plan as long as the caller does, not a fixed time
+    (a step at 131k GPUs outlasts it); with no step to come (the reconcile loop stopped
+    here), a caller with a 3 s deadline gets its answer without a decision, not
+    DEADLINE_EXCEEDED after the server's own wait (62 s)."""
+    with serving(FABRIC, tmp_path) as service:
+        runtime = service.runtime
+        assert runtime is not None
+        link = FABRIC.links[-1].id
+        service.call(runtime.loop.stop())  # no step will cover the drain
+        admin = AdminClient(service.address, service.admin_token, timeout=3.0)
+        try:
+            reply = admin.drain(link, "test", wait=True)
+        finally:
+            admin.close()
+        assert reply.link_id == link and reply.effective == "drained" and reply.changed
+        assert not reply.HasField("decision")
