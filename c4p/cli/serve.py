@@ -41,7 +41,7 @@ def serve(
     from c4p.cli.common import guarded
     from c4p.files import write_text
     from c4p.service import telemetry
-    from c4p.service.runtime import run
+    from c4p.service.process import run
     from c4p.service.serve import ServeConfig, load_config
 
     def body() -> ServeConfig:

@@ -44,6 +44,10 @@ log = logging.getLogger("c4p.service")
 
 SERVICE = "c4p.v1.AdminService"
 MAX_LOG = 1000
+ANSWER_MARGIN_S = 0.5
+"""A call that waits for a plan answers this long before the caller's deadline."""
+MAX_WAIT_S = 600.0
+"""The longest a call waits for a plan, whatever the caller's deadline."""
 
 
 class AdminServicer:
@@ -177,10 +181,21 @@ class AdminServicer:
         found = await asyncio.to_thread(self._epoch_decision)
         return convert.plan_summary(self.state.epoch, found)
 
-    async def _waited(self, revision: int, wait: bool) -> pb.Decision | None:
+    async def _waited(self, revision: int, wait: bool, call: Call) -> pb.Decision | None:
+        """The decision that covered ``revision``, waited for as long as the caller waits
+        (answering a moment before its deadline), or ``wait_s`` when it set no deadline;
+        ``None`` if no step covered it by then. Why the caller's deadline: one step at
+        131,072 GPUs outlasts the fixed wait (a drain's took 70-80 s, the wait 62 s), and
+        ``--wait`` then answered before the plan without the link was in force, which is
+        what it promises to wait for; a caller with a short deadline gets an answer (without
+        the decision) instead of DEADLINE_EXCEEDED."""
         if not wait:
             return None
-        decision = await self.loop.wait_covered(revision, self.wait_s)
+        timeout = self.wait_s
+        if call.deadline is not None:
+            left = call.deadline - time.monotonic() - ANSWER_MARGIN_S
+            timeout = min(max(left, 0.0), MAX_WAIT_S)
+        decision = await self.loop.wait_covered(revision, timeout)
         return None if decision is None else convert.decision(decision)
 
     async def drain(self, request: admin.DrainLinkRequest, call: Call) -> admin.LinkChangeResponse:
@@ -193,7 +208,7 @@ class AdminServicer:
             link_id=link_id,
             effective="drained",
             changed=changed,
-            decision=await self._waited(revision, request.wait),
+            decision=await self._waited(revision, request.wait, call),
         )
 
     async def restore(
@@ -220,7 +235,7 @@ class AdminServicer:
             link_id=link_id,
             effective=text,
             changed=changed,
-            decision=await self._waited(revision, request.wait),
+            decision=await self._waited(revision, request.wait, call),
         )
 
     async def replan(self, request: admin.ReplanRequest, call: Call) -> admin.ReplanResponse:
@@ -231,7 +246,7 @@ class AdminServicer:
             # say so now (its step could never commit, so waiting for it would only time out)
         revision = self.state.bump()
         self.loop.enqueue(Key(KeyKind.REPLAN, reason or "operator", force=True))
-        return admin.ReplanResponse(decision=await self._waited(revision, request.wait))
+        return admin.ReplanResponse(decision=await self._waited(revision, request.wait, call))
 
     async def set_mode(
         self, request: admin.SetControlModeRequest, call: Call
@@ -252,7 +267,7 @@ class AdminServicer:
             mode=convert.control_mode(now),
             source=source.value,
             changed=changed,
-            decision=await self._waited(revision, request.wait),
+            decision=await self._waited(revision, request.wait, call),
         )
 
     async def rollback(
@@ -268,7 +283,7 @@ class AdminServicer:
             engaged=self.state.rollback is not None,
             changed=changed,
             jobs=len(self.state.jobs),
-            decision=await self._waited(revision, request.wait),
+            decision=await self._waited(revision, request.wait, call),
         )
 
     async def log(

@@ -44,7 +44,8 @@ from c4p.controller.reconcile import PortSourceFactory
 from c4p.controller.triggers import Key, KeyKind
 from c4p.files import load_fabric
 from c4p.service import admin, flow_intent
-from c4p.service.runtime import STORE_HEALTH, ServiceRuntime, server_credentials
+from c4p.service.listen import server_credentials
+from c4p.service.runtime import STORE_HEALTH, ServiceRuntime
 from c4p.service.serve import ServeConfig, split_address
 from c4p.store.base import StoreError
 from c4p.store.election import Election, LeaderInfo

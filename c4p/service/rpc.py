@@ -18,8 +18,11 @@ and the ``.proto`` contract stay the single truth.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -66,6 +69,9 @@ class Call:
     """RegisterJob: the host patterns the caller's credential may place ranks on."""
     credential: str = ""
     """RegisterJob: who registers (a replay answers only them; "" never matches)."""
+    deadline: float | None = None
+    """``time.monotonic()`` at which the caller stops waiting (its gRPC deadline); ``None``:
+    it set none. A call that waits for a plan answers before it (:mod:`c4p.service.admin`)."""
 
 
 Unary = Callable[[Any, Call], Awaitable[Message]]
@@ -172,6 +178,9 @@ class Gate:
         if e.scope is Scope.REGISTER and not call.credential:  # open: who is it (after the
             identity = peers.identity(peer, _cert_names(context))  # limit: reads /proc)
             call = Call(e.name, peer, call.caller, hosts=call.hosts, credential=identity)
+        left = context.time_remaining()
+        if left is not None and math.isfinite(left):
+            call = dataclasses.replace(call, deadline=time.monotonic() + left)
         return request, call
 
     async def _refuse(

@@ -17,7 +17,8 @@ Start-up is all or nothing: a port already in use (gRPC's ``SO_REUSEPORT`` is tu
 second controller on the same address is refused instead of splitting the clients with the
 first), a busy metrics port or any other failure stops what was started and raises one
 :class:`~topology.errors.C4pError` naming the setting; ``c4p serve`` prints it as one line and
-exits non-zero. SIGINT and SIGTERM are honoured from the moment the event loop runs.
+exits non-zero. The socket's rules are :mod:`c4p.service.listen`'s; the process around the
+runtime (signals, a single controller or an HA replica) is :mod:`c4p.service.process`'s.
 
 The seam for discovery: :meth:`ServiceRuntime.follow_link_events` pumps a fabric source's
 events (``southbound.events.EventQueue.get`` is one: a blocking ``get(timeout)``) into the
@@ -25,24 +26,22 @@ reconcile loop on a thread of its own; only link events are taken, anything else
 
 With ``fabric.source: gnmi | snmp`` the runtime uses it itself: before the store is opened, a
 :class:`southbound.fleet.Fleet` over the targets file discovers the fabric once (refusing to
-start if no target answers); the state is built on that fabric; :meth:`ServiceRuntime.start`
-starts the fleet's subscriptions and follows its events; :meth:`ServiceRuntime.stop` stops the
-fleet first. Link status changes are followed; a wiring change (a cable moved or added, a port
-re-speeded) found by periodic re-discovery is offered to the controller
-(:meth:`ControllerState.offer_fabric`), which swaps the snapshot in at its next step and
-re-plans only the jobs it touches (:mod:`c4p.controller.rewire`).
+start if no target answers: :mod:`c4p.service.discovery`); the state is built on that
+fabric; :meth:`ServiceRuntime.start` starts the fleet's subscriptions and follows its events;
+:meth:`ServiceRuntime.stop` stops the fleet first. Link status changes are followed; a wiring
+change (a cable moved or added, a port re-speeded) found by periodic re-discovery is offered
+to the controller (:meth:`ControllerState.offer_fabric`), which swaps the snapshot in at its
+next step and re-plans only the jobs it touches (:mod:`c4p.controller.rewire`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -63,53 +62,26 @@ from c4p.service.access import Guard, RateLimiter
 from c4p.service.agents import AgentHub
 from c4p.service.counters import CounterCheck
 from c4p.service.detection import DetectionService
+from c4p.service.discovery import discover
 from c4p.service.fabric_watch import FabricWatch
 from c4p.service.flow_intent import StreamHub
+from c4p.service.listen import bind
+from c4p.service.listen import server_credentials as server_credentials  # re-export
 from c4p.service.probing import ProbeWorker
 from c4p.service.rpc import Gate
-from c4p.service.serve import ServeConfig, is_unix, load_targets, split_address
+from c4p.service.serve import ServeConfig, split_address
 from c4p.service.sink import QueuedSink
 from c4p.service.store_watch import StoreWatch
 from c4p.service.telemetry import Metrics
 from c4p.store.base import Store
 from c4p.store.sqlite import SqliteStore
-from southbound.events import EventQueue, TargetHealth
+from southbound.events import EventQueue
 from southbound.fleet import Fleet
 from southbound.targets import FabricSource
-from topology.errors import C4pError, FabricFileError
-from topology.generators.common import AddressPlan
+from topology.errors import C4pError
 from topology.model import Fabric
 
-if TYPE_CHECKING:
-    from c4p.service.replica import Replica
-
 log = logging.getLogger("c4p.service")
-
-
-def server_credentials(config: ServeConfig) -> grpc.ServerCredentials | None:
-    tls = config.tls
-    if tls.mode == "plaintext":
-        return None
-    assert tls.cert_file is not None and tls.key_file is not None
-    pair = (tls.key_file.read_bytes(), tls.cert_file.read_bytes())
-    if tls.mode == "tls":
-        return grpc.ssl_server_credentials([pair])
-    assert tls.client_ca_file is not None
-    return grpc.ssl_server_credentials(
-        [pair], root_certificates=tls.client_ca_file.read_bytes(), require_client_auth=True
-    )
-
-
-def _check_free(host: str, port: int, key: str, address: str) -> None:
-    """Refuse a TCP port another process holds, with our own words (gRPC would log a C-core
-    error line first); gRPC's own bind below stays the final judge."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise C4pError(f"{key} {address}: cannot listen: {exc.strerror or exc}") from None
 
 
 STORE_HEALTH = "c4p.store"
@@ -232,53 +204,8 @@ class ServiceRuntime:
 
     def _discover(self, source: FabricSource) -> Fabric:
         """Ask every target once; keep the fleet (not yet watching) for :meth:`start`."""
-        assert source.targets is not None
-        declared = load_fabric(source.declared) if source.declared is not None else None
-        plan = None
-        if source.nic_network is not None:
-            plan = AddressPlan.model_validate({"nic_network": source.nic_network})
-        fleet = Fleet(
-            load_targets(source),
-            sink=self._fleet_events,
-            declared=declared,
-            address_plan=plan,
-            name=source.name,
-        )
-        result = fleet.discover(attempts=source.attempts)
-        status = fleet.status()
-        live = [n for n, s in status.items() if s.health is TargetHealth.LIVE]
-        if not live:
-            raise FabricFileError(
-                str(source.targets),
-                [(f"targets {n}", s.last_error or s.health.value) for n, s in status.items()],
-            )
-        if not result.fabric.links:  # never serve an empty fabric
-            raise FabricFileError(
-                str(source.targets),
-                [("discovery", f"found no links ({len(result.fabric.switches)} switches)")]
-                + [(f"{p.target} {p.path}", p.reason) for p in result.problems[:20]],
-            )
-        for finding in result.findings:
-            log.warning(
-                "discovery finding: %s",
-                finding,
-                extra={"event": "discovery-finding", "target": finding.target},
-            )
-        self._fleet_events.drain()  # the snapshot already holds what discovery saw
-        self.fleet = fleet
-        log.info(
-            "discovered",
-            extra={
-                "event": "discovered",
-                "source": source.source,
-                "targets": len(status),
-                "unreached": sorted(set(status) - set(live)),
-                "switches": len(result.fabric.switches),
-                "links": len(result.fabric.links),
-                "problems": len(result.problems),
-            },
-        )
-        return result.fabric
+        fabric, self.fleet = discover(source, self._fleet_events)
+        return fabric
 
     def _agent_changed(self, host: str, up: bool) -> None:
         """An agent connected or went away (loop thread): its hosts' ports may change mode."""
@@ -405,32 +332,9 @@ class ServiceRuntime:
             server.add_generic_rpc_handlers((self.agents.handler(),))
             names = (*names, agent_service.SERVICE)
         reflection.enable_server_reflection((*names, reflection.SERVICE_NAME), server)
-        credentials = server_credentials(cfg)
-        unix = is_unix(cfg.listen.address)  # agents in host namespaces reach us through a socket
-        host, port = ("", 0) if unix else split_address(cfg.listen.address)
-        if unix:
-            target = cfg.listen.address
-        else:
-            target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            if port:
-                _check_free(host, port, "listen.address", cfg.listen.address)
-        try:
-            if credentials is None:
-                bound = server.add_insecure_port(target)
-            else:
-                bound = server.add_secure_port(target, credentials)
-        except RuntimeError as exc:  # grpc: "Failed to bind to address ..."
-            raise C4pError(
-                f"listen.address {cfg.listen.address}: cannot listen (in use by another "
-                f"process?): {exc}"
-            ) from None
-        if not bound and (port or unix):
-            raise C4pError(f"listen.address {cfg.listen.address}: cannot listen (in use?)")
+        address = bind(server, cfg)
         await server.start()
-        if unix:
-            self.address = cfg.listen.address
-        else:
-            self.address = f"{host}:{bound}" if ":" not in host else f"[{host}]:{bound}"
+        self.address = address
         if self.fleet is not None:  # a failed bind above leaves no session open
             self.watch = FabricWatch(
                 self.fleet,
@@ -539,32 +443,3 @@ class ServiceRuntime:
             self._metrics_server = None
         self.store.close()
         log.info("stopped", extra={"event": "stopped", "epoch": self.state.epoch})
-
-
-async def serve_forever(config: ServeConfig, ready: Callable[[str], None] | None = None) -> None:
-    """Run until SIGINT or SIGTERM (``c4p serve``); a start-up failure raises (nothing left
-    running). With ``store.kind: etcd``, as one replica of a highly available group
-    (:mod:`c4p.service.replica`)."""
-    runtime: ServiceRuntime | Replica
-    if config.store.kind == "etcd":
-        from c4p.service.replica import Replica
-
-        runtime = Replica(config)
-    else:
-        runtime = ServiceRuntime(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    address = await runtime.start()
-    if ready is not None:
-        ready(address)
-    try:
-        await stop.wait()
-    finally:
-        await runtime.stop()
-
-
-def run(config: ServeConfig, ready: Callable[[str], None] | None = None) -> None:
-    """Serve until SIGINT/SIGTERM; ``ready`` gets the bound address once serving."""
-    asyncio.run(serve_forever(config, ready))
