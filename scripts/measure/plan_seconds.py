@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -73,7 +74,9 @@ def main() -> None:
         print(f"{name:<28} {c:7.2f} {w:7.2f}", file=sys.stderr)
     print(f"{'other':<28} {cpu - listed[0]:7.2f} {wall - listed[1]:7.2f}", file=sys.stderr)
     print(f"{'total':<28} {cpu:7.2f} {wall:7.2f}", file=sys.stderr)
-    sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # as c4p ends a one-shot command: no teardown of the heap object by object
 
 
 if __name__ == "__main__":
