@@ -359,9 +359,13 @@ class TreeCandidates:
         reps, _, used = self._groups(sel, np.column_stack([code, self.pp[sel]]))
         reach = used[:, :, None] & self.core_usable[self.pp[reps]]
         families, which = np.unique(code[np.searchsorted(sel, reps)], return_inverse=True)
-        union = np.zeros((len(families), *reach.shape[1:]), dtype=bool)
-        np.logical_or.at(union, which.ravel(), reach)
-        first = reps[np.unique(which.ravel(), return_index=True)[1]]
+        # A family's union of its groups' cores: one sort and a reduction over runs
+        # (``np.logical_or.at`` was 0.2 s at 131k GPUs, 16k pod pairs x 1,024 cores).
+        which = which.ravel()
+        by_family = np.argsort(which, kind="stable")
+        runs = np.flatnonzero(np.diff(which[by_family], prepend=-1))
+        union = np.logical_or.reduceat(reach[by_family], runs, axis=0)
+        first = reps[np.unique(which, return_index=True)[1]]
         r, j, g = np.nonzero(union)
         pods = self.pod_pairs[self.pp[first[r]]]
         if position == 1:
