@@ -23,7 +23,7 @@ from solver.bounds.combinatorial import combinatorial_bounds, integral_units
 from solver.planner import plan
 from solver.space.incremental import match_middles
 from solver.space.problem import Problem, build_problem
-from solver.space.treecandidates import TreeLayout
+from solver.space.treecandidates import TreeLayout, _core_ranks
 from solver.workload.flows import Flow
 from topology.generators import FatTreeParams, fat_tree
 from topology.model import Fabric, LinkStatus
@@ -287,3 +287,24 @@ def test_a_replan_reuses_the_layout_and_a_restore_needs_no_old_table() -> None:
     restored = plan(K4, flows, after, budget=2)
     assert restored.candidates is healthy.candidates
     assert restored.objective.max_utilization == healthy.objective.max_utilization
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.floats(0.0, 1.0))
+def test_core_ranks_are_one_stable_sort_of_every_row(seed: int, width: int, full: float) -> None:
+    """The pod-pair core tables with rows whose cores are all usable taken as their group's
+    order (the shortcut) equal the plain rule on every row: usable cores first in group order
+    (a stable sort), each core's rank among the usable ones, -1 if unusable."""
+    rng = np.random.default_rng(seed)
+    pods, aggs = 3, 2
+    gorder = np.argsort(rng.random((pods, aggs, width)), axis=2)
+    sources = rng.integers(0, pods, 5)
+    go = gorder[sources]
+    core_ok = rng.random(go.shape) < 0.7
+    core_ok[rng.random(go.shape[:2]) < full] = True  # some rows whole, as on a healthy fabric
+    gnth, grank = _core_ranks(gorder, sources, go, core_ok)
+    order = np.argsort(~core_ok, axis=2, kind="stable")
+    assert np.array_equal(gnth, np.take_along_axis(go, order, axis=2))
+    expected = np.full_like(go, -1)
+    np.put_along_axis(expected, go, np.where(core_ok, np.cumsum(core_ok, axis=2) - 1, -1), 2)
+    assert np.array_equal(grank, expected)

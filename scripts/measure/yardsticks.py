@@ -21,8 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from solver.evaluate import evaluate
-
 from c4p.cli.plan import apply_link_changes
 from c4p.files import load_fabric, load_model
 from solver.planner import flow_weights, plan
@@ -30,6 +28,7 @@ from solver.space.problem import build_problem
 from solver.workload.jobs import JobsFile
 from solver.workload.patterns import derive_workload
 from solver.yardstick.ecmp import ecmp_paths
+from solver.yardstick.evaluate import evaluate
 
 T = TypeVar("T")
 

@@ -99,6 +99,32 @@ class TreeLayout:
         return f"link {link.id} is {link.status.value}"
 
 
+def _core_ranks(
+    gorder: IntArray, sources: IntArray, go: IntArray, core_ok: BoolArray
+) -> tuple[IntArray, IntArray]:
+    """:attr:`TreeCandidates.gnth` and :attr:`TreeCandidates.grank` of pod pairs whose source
+    pods are ``sources`` (``go``: their groups' cores in order, ``core_ok`` which are usable).
+
+    Why not one stable sort of every row: at 131,072 GPUs a shuffled job spans 16,384 pod
+    pairs x 1,024 cores, and sorting, ranking and scattering those 16.7M cells was a third of
+    building the problem. A row whose cores are all usable (every row of a healthy fabric) keeps
+    its group's order, and its ranks are that order's inverse, the same for every pair of one
+    source pod: only the other rows are sorted."""
+    inverse = np.empty_like(gorder)
+    np.put_along_axis(inverse, gorder, np.arange(gorder.shape[2])[None, None, :], 2)
+    gnth, grank = go.copy(), inverse[sources]
+    partial = np.flatnonzero(~core_ok.all(axis=2).ravel())
+    if partial.size:
+        width = go.shape[2]
+        rows_go, rows_ok = go.reshape(-1, width)[partial], core_ok.reshape(-1, width)[partial]
+        order = np.argsort(~rows_ok, axis=1, kind="stable")
+        gnth.reshape(-1, width)[partial] = np.take_along_axis(rows_go, order, axis=1)
+        ranks = np.full_like(rows_go, -1)
+        np.put_along_axis(ranks, rows_go, np.where(rows_ok, np.cumsum(rows_ok, axis=1) - 1, -1), 1)
+        grank.reshape(-1, width)[partial] = ranks
+    return gnth, grank
+
+
 @dataclass(frozen=True, eq=False)
 class TreeCandidates:
     """The candidates of some leaf pairs on one snapshot, by arithmetic (see module doc)."""
@@ -147,10 +173,7 @@ class TreeCandidates:
         jj = np.arange(shape.aggs)[None, :, None]
         go = layout.gorder[pod_pairs[:, 0]]
         core_ok = ok[shape.agg_up[src, jj, go]] & ok[shape.agg_down[dst, jj, go]]
-        order = np.argsort(~core_ok, axis=2, kind="stable")
-        gnth = np.take_along_axis(go, order, axis=2)
-        grank = np.full_like(go, -1)
-        np.put_along_axis(grank, go, np.where(core_ok, np.cumsum(core_ok, axis=2) - 1, -1), 2)
+        gnth, grank = _core_ranks(layout.gorder, pod_pairs[:, 0], go, core_ok)
         cores = core_ok.sum(axis=2)
         far = pu != pv
         count = np.where(far[:, None], leaf_ok * cores[pp[:, None], jord], leaf_ok)
@@ -336,9 +359,13 @@ class TreeCandidates:
         reps, _, used = self._groups(sel, np.column_stack([code, self.pp[sel]]))
         reach = used[:, :, None] & self.core_usable[self.pp[reps]]
         families, which = np.unique(code[np.searchsorted(sel, reps)], return_inverse=True)
-        union = np.zeros((len(families), *reach.shape[1:]), dtype=bool)
-        np.logical_or.at(union, which.ravel(), reach)
-        first = reps[np.unique(which.ravel(), return_index=True)[1]]
+        # A family's union of its groups' cores: one sort and a reduction over runs
+        # (``np.logical_or.at`` was 0.2 s at 131k GPUs, 16k pod pairs x 1,024 cores).
+        which = which.ravel()
+        by_family = np.argsort(which, kind="stable")
+        runs = np.flatnonzero(np.diff(which[by_family], prepend=-1))
+        union = np.logical_or.reduceat(reach[by_family], runs, axis=0)
+        first = reps[np.unique(which, return_index=True)[1]]
         r, j, g = np.nonzero(union)
         pods = self.pod_pairs[self.pp[first[r]]]
         if position == 1:
