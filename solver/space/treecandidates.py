@@ -413,8 +413,8 @@ def _core_tables(
     gorder = layout.gorder
     inverse = np.empty_like(gorder)
     np.put_along_axis(inverse, gorder, np.arange(gorder.shape[2])[None, None, :], 2)
-    up_ok = ok[shape.agg_up].all(axis=(1, 2))  # per pod: every agg-core link up usable
-    down_ok = ok[shape.agg_down].all(axis=(1, 2))
+    up_ok: BoolArray = np.all(ok[shape.agg_up], axis=(1, 2))  # per pod: every link up usable
+    down_ok: BoolArray = np.all(ok[shape.agg_down], axis=(1, 2))
     src, dst = pod_pairs[:, 0], pod_pairs[:, 1]
     core_ok = np.ones((len(pod_pairs),) + gorder.shape[1:], dtype=bool)
     gnth, grank = gorder[src], inverse[src]
