@@ -72,7 +72,7 @@ class Planner:
         self.strategy = strategy
         self.seed = seed
         self.deadline = deadline
-        self.structured = Structured(problem, self.slice)
+        self.structured = Structured(problem, self.slice, deadline)
         self._polish_left = POLISH_SECONDS
 
     def slice(self) -> float:
@@ -235,6 +235,18 @@ class Planner:
             if healed is not None:
                 options.append(healed)
                 proven = self.at_bound(c, healed[0])
+            weights = problem.weight[c.flows]
+            if (
+                prior is not None
+                and self.structured.intact_shape() is not None
+                and np.all(weights == weights[:1])
+            ):
+                # the one-link chains found nothing: agg swaps, then chains (an agg short of
+                # core links; solver.repair.aggswap), kept where they move fewer
+                _, cycled = self.structured.tree_repair(c, prior, cycles=True)
+                if cycled is not None:
+                    options.append((cycled, "tree-repair", True))
+                    proven = True
         if prior is None and self.strategy != "exact" and not proven:
             options.append((self.greedy(c.flows, None), "greedy", False))
         keys = [self.key(c, choice) for choice, _, _ in options]
