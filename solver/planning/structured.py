@@ -169,6 +169,11 @@ class Structured:
         target = c.best / c.unit if c.unit > 0 else math.nan
         if shape is None or math.isnan(target) or abs(round(target) - target) > 1e-6:
             return False, None
+        if cycles:  # agg swaps are for an agg that lost a core link
+            usable = self.problem.index.res_usable
+            links = np.concatenate([shape.agg_up.ravel(), shape.agg_down.ravel()])
+            if usable[links[links >= 0]].all():
+                return True, None
         from solver.repair.treemoves import CYCLE_SECONDS, REPAIR_SECONDS, replan_choice
 
         now = time.perf_counter()

@@ -45,7 +45,8 @@ CANDIDATES = 48
 shortest cycle found is taken."""
 
 MAX_CYCLES = 8
-"""Most cycles one re-plan makes (two per agg that lost one core link)."""
+"""Most cycles one re-plan makes (two per agg that lost one core link); where more are needed
+(a core lost: two for each pod's agg of its group) none is tried."""
 
 
 def swap_cycles(state: Counts, todo: list[int], deadline: float) -> int:
@@ -53,7 +54,10 @@ def swap_cycles(state: Counts, todo: list[int], deadline: float) -> int:
     ``todo`` are the flows that lost their path (not placed on the state)."""
     made = 0
     del todo  # their previous paths are gone; the lost links' room is what counts
-    for x, j, need in _short(state):
+    short = _short(state)
+    if sum(need for _, _, need in short) > MAX_CYCLES:
+        return 0  # a lost core or more: the degraded colouring's case, not a few cycles'
+    for x, j, need in short:
         for _ in range(need):
             if made >= MAX_CYCLES or time.perf_counter() > deadline:
                 return made
