@@ -115,21 +115,20 @@ def _one_cycle(state: Counts, x: int, j: int) -> bool:
     # move or two) are fewest: tried on the counts and taken back
     best, fewest = found[0], None
     for cycle in sorted(found, key=lambda c: len(c[4]))[:CANDIDATES]:
-        undo = _make(state, x, j, cycle)
+        undo = _make(state, j, cycle)
         cost = len(undo) + int(np.count_nonzero(state.load > state.room))
         state.unmake(undo)
         if fewest is None or cost < fewest:
             best, fewest = cycle, cost
-    _make(state, x, j, best)
+    _make(state, j, best)
     return True
 
 
 def _make(
-    state: Counts, x: int, j: int, cycle: tuple[int, int, int, int, list[int]]
+    state: Counts, j: int, cycle: tuple[int, int, int, int, list[int]]
 ) -> list[tuple[int, int]]:
     """Swap the aggs of ``cycle``'s flows (see :func:`_one_cycle`); the undo list."""
     h, j2, a, d, path = cycle
-    del x
     # every flow of the cycle off its path first, so that each finds the core slots the
     # others left (a flow leaving j2 at a leaf frees the core link a flow arriving there uses)
     goes = [(h, j)] + [(f, j2) for f in (a, d, *path[1::2])] + [(f, j) for f in path[0::2]]
