@@ -47,7 +47,10 @@ bound: flows that may stay do, flows on over-full links are evicted, the rest ar
 (``repair``; on a fat-tree of equal weights first by chains over its layered link counts,
 :mod:`solver.repair.treemoves`, which never reads a path row: ``tree-repair``). If that misses the
 bound, the part is planned as a full plan and then repaired from the previous plan at the
-utilization that reached, keeping the best by (max utilization, moves, links at max). The plan
+utilization that reached, keeping the best by (max utilization, moves, links at max); on a
+fat-tree whose chains found nothing (an agg short of core links on a full fabric) that includes
+agg swaps (:mod:`solver.repair.aggswap`: 80 moves where the degraded colouring moved 143 at
+131,072 GPUs). The plan
 reports a lower bound on the moves (:func:`solver.repair.evict.min_moves`); where the repair moves
 more than that and the part is small, :func:`solver.repair.moves.fewest_moves` looks for the exact
 fewest (within a quarter second) and its proven bound raises the reported one. The snapshot's
@@ -102,6 +105,7 @@ LAZY = (
     "solver.repair.state",
     "solver.repair.treechains",
     "solver.repair.treereturn",
+    "solver.repair.aggswap",
 )
 """Modules the planner (its methods per part, :mod:`solver.planning.methods`) imports only where
 it uses them: re-plans (repair, chains, fewest moves), degraded fabrics and parts above their

@@ -23,7 +23,7 @@ from solver.bounds.combinatorial import combinatorial_bounds, integral_units
 from solver.planner import plan
 from solver.space.incremental import match_middles
 from solver.space.problem import Problem, build_problem
-from solver.space.treecandidates import TreeLayout, _core_ranks
+from solver.space.treecandidates import TreeLayout
 from solver.workload.flows import Flow
 from topology.generators import FatTreeParams, fat_tree
 from topology.model import Fabric, LinkStatus
@@ -289,22 +289,42 @@ def test_a_replan_reuses_the_layout_and_a_restore_needs_no_old_table() -> None:
     assert restored.objective.max_utilization == healthy.objective.max_utilization
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.floats(0.0, 1.0))
-def test_core_ranks_are_one_stable_sort_of_every_row(seed: int, width: int, full: float) -> None:
-    """The pod-pair core tables with rows whose cores are all usable taken as their group's
-    order (the shortcut) equal the plain rule on every row: usable cores first in group order
-    (a stable sort), each core's rank among the usable ones, -1 if unusable."""
-    rng = np.random.default_rng(seed)
-    pods, aggs = 3, 2
-    gorder = np.argsort(rng.random((pods, aggs, width)), axis=2)
-    sources = rng.integers(0, pods, 5)
-    go = gorder[sources]
-    core_ok = rng.random(go.shape) < 0.7
-    core_ok[rng.random(go.shape[:2]) < full] = True  # some rows whole, as on a healthy fabric
-    gnth, grank = _core_ranks(gorder, sources, go, core_ok)
+def _core_tables_by_sorting(
+    layout: TreeLayout, ok: np.ndarray, pod_pairs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The core tables the way they were made before the per-pod shortcut: every row masked,
+    sorted and ranked (the reference for :func:`_core_tables`)."""
+    shape = layout.shape
+    src, dst = pod_pairs[:, 0, None, None], pod_pairs[:, 1, None, None]
+    jj = np.arange(shape.aggs)[None, :, None]
+    go = layout.gorder[pod_pairs[:, 0]]
+    core_ok = ok[shape.agg_up[src, jj, go]] & ok[shape.agg_down[dst, jj, go]]
     order = np.argsort(~core_ok, axis=2, kind="stable")
-    assert np.array_equal(gnth, np.take_along_axis(go, order, axis=2))
-    expected = np.full_like(go, -1)
-    np.put_along_axis(expected, go, np.where(core_ok, np.cumsum(core_ok, axis=2) - 1, -1), 2)
-    assert np.array_equal(grank, expected)
+    gnth = np.take_along_axis(go, order, axis=2)
+    grank = np.full_like(go, -1)
+    np.put_along_axis(grank, go, np.where(core_ok, np.cumsum(core_ok, axis=2) - 1, -1), 2)
+    return core_ok, gnth, grank
+
+
+@pytest.mark.parametrize("name", sorted(TREES))
+def test_core_tables_equal_the_sort_of_every_row(name: str) -> None:
+    """Per-pod core tables (pod pairs away from any lost agg-core link) are the rows a sort
+    of every row gives, healthy and after each named failure, in a non-default member order."""
+    from solver.space.treecandidates import _core_tables
+
+    base = TREES[name]
+    agg = _first(base, 2)
+    high = sorted(port for _, port in _links_to(base, agg, 3))
+    fabric = _renamed(base, agg, high[0], high[-1])  # a pod whose core order is not numbering
+    layout = TreeLayout.of(fabric)
+    assert isinstance(layout, TreeLayout)
+    pods = layout.shape.pods
+    pod_pairs = np.array([(p, q) for p in range(pods) for q in range(pods) if p != q])
+    cases = {"healthy": {}, **named_failures(fabric)}
+    for case, changes in cases.items():
+        snapshot = fabric.with_link_status(changes) if changes else fabric
+        ok = np.append(snapshot.index.res_usable, True)
+        got = _core_tables(layout, ok, pod_pairs)
+        want = _core_tables_by_sorting(layout, ok, pod_pairs)
+        for a, b in zip(got, want, strict=True):
+            assert np.array_equal(a, b), case

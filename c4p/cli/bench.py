@@ -56,6 +56,30 @@ def bench_cmd(
             "faults: precision, recall, localization, CPU per step (docs/benchmarks-detect.md)."
         ),
     ] = False,
+    scale: Annotated[
+        bool,
+        typer.Option(
+            help="Instead, the scale ladder 4,096 -> 131,072 GPUs (3-tier, 2-tier; healthy, one "
+            "link down): generate, load, plan, re-plan, evaluate seconds, peak memory, c4p / "
+            "bound, moved / bound (docs/benchmarks-scale-ladder.md); one process per rung."
+        ),
+    ] = False,
+    max_gpus: Annotated[
+        int | None,
+        typer.Option(
+            "--max-gpus",
+            min=4096,
+            help="With --scale: only the rungs up to this many GPUs (default table then "
+            "out/bench-scale-N.md).",
+        ),
+    ] = None,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --scale: keep the generated fabric and jobs files here (default: a "
+            "temporary folder, removed after)."
+        ),
+    ] = None,
     json_path: JsonOption = None,
 ) -> None:
     """Run the scenario ladder: ECMP, greedy, c4p and the lower bound side by side."""
@@ -64,6 +88,9 @@ def bench_cmd(
     guarded(lambda: check_outputs(("-o", output, None), ("--plot", plot_path, (".png",))))
     if detect:
         guarded(lambda: _detect(quick, output, json_path))
+        return
+    if scale:
+        guarded(lambda: _scale_ladder(max_gpus, work_dir, output, plot_path, json_path))
         return
     if failures:
         guarded(lambda: _failure_ladder(quick, output, plot_path, only, json_path))
@@ -167,6 +194,49 @@ def _failure_ladder(
         failure_ladder.rows_json(rows),
         lambda: console.print(wrote, highlight=False),
     )
+
+
+def _scale_ladder(
+    max_gpus: int | None,
+    work_dir: Path | None,
+    output: Path | None,
+    plot_path: Path | None,
+    json_path: Any,
+) -> None:
+    import tempfile
+
+    from c4p.figures import scale as scale_ladder
+
+    full = max_gpus is None or max_gpus >= scale_ladder.RUNGS[-1]
+    table = output or Path(
+        "docs/benchmarks-scale-ladder.md" if full else f"out/bench-scale-{max_gpus}.md"
+    )
+    image = plot_path or table.with_name(table.stem + ".png")
+    started = time.perf_counter()
+
+    def progress(row: scale_ladder.ScaleRow) -> None:
+        if json_path is None or str(json_path) != "-":
+            again = "" if row.replan_s is None else f", re-plan {row.replan_s:.2f} s"
+            moves = "" if row.moved is None else f", moved {row.moved} (bound {row.min_moves})"
+            console.print(
+                f"{row.fabric} {row.gpus:,} {row.case}: load {row.load_s:.2f} s, plan "
+                f"{row.plan_s:.2f} s{again}, evaluate {row.evaluate_s:.2f} s, peak "
+                f"{row.peak_mb:,.0f} MB, c4p {row.util_c4p:.2f} / bound {row.bound:.2f}{moves}",
+                highlight=False,
+            )
+
+    with tempfile.TemporaryDirectory(prefix="c4p-scale-") as scratch:
+        rows = scale_ladder.run(work_dir or Path(scratch), max_gpus, progress)
+    command = "c4p bench --scale" + ("" if max_gpus is None else f" --max-gpus {max_gpus}")
+    text = scale_ladder.markdown(rows, command, time.perf_counter() - started)
+    text += f"\n![seconds per step and memory]({image.name})\n"
+    write_text(table, "# Scale ladder\n\n" + text)
+    try:
+        scale_ladder.plot(rows, image)
+        wrote = f"wrote {table}, {image}"
+    except ImportError:  # matplotlib is an extra: c4p[plot] (or the dev install)
+        wrote = f"wrote {table} (no plot: install c4p[plot] for {image.name})"
+    emit(json_path, scale_ladder.rows_json(rows), lambda: console.print(wrote, highlight=False))
 
 
 def partial_note(table: Path) -> str:

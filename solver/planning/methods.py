@@ -61,6 +61,13 @@ POLISH_FLOWS = 1000
 """Largest component a re-plan searches for fewer moves (larger ones: ``c4p bench``)."""
 
 
+SWAPS_ALONE_FLOWS = 100_000
+"""A part larger than this whose agg swaps reached the bound skips the degraded colouring: there
+the swaps moved fewer (3-tier 32,768 GPUs, 65,536 flows: 46 against 76; 131,072 GPUs: 84
+against 143) and the colouring was most of the re-plan (131k: 2.7 of 3.9 s CPU); on smaller
+parts both run and the fewer moves are kept (8,192 GPUs: the colouring's 23 against 30)."""
+
+
 class Planner:
     """State of one :func:`plan` call: the problem, the previous plan, the clock."""
 
@@ -72,7 +79,7 @@ class Planner:
         self.strategy = strategy
         self.seed = seed
         self.deadline = deadline
-        self.structured = Structured(problem, self.slice)
+        self.structured = Structured(problem, self.slice, deadline)
         self._polish_left = POLISH_SECONDS
 
     def slice(self) -> float:
@@ -231,10 +238,28 @@ class Planner:
                 options.append(tree)
         proven = any(optimal for _, _, optimal in options)
         if self.strategy == "auto" and not proven:
-            healed = self.structured.heal(c, prior)
-            if healed is not None:
-                options.append(healed)
-                proven = self.at_bound(c, healed[0])
+            weights = problem.weight[c.flows]
+            swaps = (
+                prior is not None
+                and self.structured.intact_shape() is not None
+                and bool(np.all(weights == weights[:1]))
+            )
+            # the one-link chains found nothing: agg swaps, then chains (an agg short of core
+            # links; solver.repair.aggswap); on a large part first, and alone if they work
+            large = len(c.flows) > SWAPS_ALONE_FLOWS
+            cycled = None
+            if swaps and large and prior is not None:
+                _, cycled = self.structured.tree_repair(c, prior, cycles=True)
+            if cycled is None:
+                healed = self.structured.heal(c, prior)
+                if healed is not None:
+                    options.append(healed)
+                    proven = self.at_bound(c, healed[0])
+            if swaps and not large and prior is not None:
+                _, cycled = self.structured.tree_repair(c, prior, cycles=True)
+            if cycled is not None:  # after the colouring: a tie in moves keeps the colouring
+                options.append((cycled, "tree-repair", True))
+                proven = True
         if prior is None and self.strategy != "exact" and not proven:
             options.append((self.greedy(c.flows, None), "greedy", False))
         keys = [self.key(c, choice) for choice, _, _ in options]

@@ -51,9 +51,11 @@ class Structured:
     ``slice`` gives the deadline of one repair (a share of what is left of the budget).
     """
 
-    def __init__(self, problem: Problem, slice: Callable[[], float]) -> None:
+    def __init__(self, problem: Problem, slice: Callable[[], float], end: float = math.inf) -> None:
         self.problem = problem
         self.slice = slice
+        self.end = end
+        """When the plan's budget ends (``time.perf_counter``)."""
         self._shape: fattree.FatTreeShape | str | None = None
         self._intact_shape: fattree.FatTreeShape | str | None = None
         self._grids: dict[int, SpineGrid] = {}
@@ -156,18 +158,30 @@ class Structured:
             return None
         return choice, "fattree", result.optimal
 
-    def tree_repair(self, c: Component, prior: IntArray) -> tuple[bool, IntArray | None]:
+    def tree_repair(
+        self, c: Component, prior: IntArray, cycles: bool = False
+    ) -> tuple[bool, IntArray | None]:
         """The previous plan repaired at the bound by chains over a fat-tree's layered counts
         (:mod:`solver.repair.treemoves`): whether that applies (the bound a whole flow count), and
-        the choice, ``None`` where no chain is found within its ``REPAIR_SECONDS``."""
+        the choice, ``None`` where no chain is found within its ``REPAIR_SECONDS``. With
+        ``cycles``, agg swaps first (:mod:`solver.repair.aggswap`), within ``CYCLE_SECONDS``."""
         shape = None if self.problem.two_tier else self.intact_shape()
         target = c.best / c.unit if c.unit > 0 else math.nan
         if shape is None or math.isnan(target) or abs(round(target) - target) > 1e-6:
             return False, None
-        from solver.repair.treemoves import REPAIR_SECONDS, replan_choice  # re-plans only
+        if cycles:  # agg swaps are for an agg that lost a core link
+            usable = self.problem.index.res_usable
+            links = np.concatenate([shape.agg_up.ravel(), shape.agg_down.ravel()])
+            if usable[links[links >= 0]].all():
+                return True, None
+        from solver.repair.treemoves import CYCLE_SECONDS, REPAIR_SECONDS, replan_choice
 
-        deadline = min(self.slice(), time.perf_counter() + REPAIR_SECONDS)
-        return True, replan_choice(self.problem, c.flows, prior, shape, round(target), deadline)
+        now = time.perf_counter()
+        deadline = min(self.slice(), now + REPAIR_SECONDS)
+        if cycles:  # the last constructive try: its own seconds, within the budget's end
+            deadline = min(max(deadline, now + CYCLE_SECONDS), self.end)
+        choice = replan_choice(self.problem, c.flows, prior, shape, round(target), deadline, cycles)
+        return True, choice
 
     def heal(self, c: Component, prior: IntArray | None) -> Option | None:
         """Colour the intact structure (every link taken as up), keep the flows whose colour
