@@ -109,6 +109,10 @@ on the failure ladder no other order ever moved fewer (4,096 GPUs: the light upl
 orders 12-14 moves besides the crossed, the first 12), and 20 ms of them tripled a lost core's
 repair time."""
 
+CYCLE_SECONDS = 1.0
+"""Most a re-plan gives agg swaps and the chains after them (:mod:`solver.repair.aggswap`),
+after the one-link chains found nothing (3-tier 32,768 GPUs, an agg-core link down: 0.2 s)."""
+
 REPAIR_SECONDS = 0.3
 """Most a re-plan gives these chains. Where they work they take 5-300 ms (3-tier 4,096 GPUs);
 where they cannot place a flow they stop at :data:`NODES` in tens of ms; a tighter cap only
@@ -288,10 +292,12 @@ def repair_tree(
     previous: tuple[IntArray, IntArray],
     target: int,
     deadline: float = float("inf"),
+    cycles: bool = False,
 ) -> TreeRepair | None:
     """Every flow on its previous agg index and core where that path is usable and within
     ``target`` flows a switch link; the others placed by chains of moves (module doc).
-    ``None`` when a flow finds no chain before ``deadline``.
+    ``None`` when a flow finds no chain before ``deadline``. With ``cycles``, agg swaps
+    (:mod:`solver.repair.aggswap`) come first, for where the chains alone found nothing.
 
     ``shape`` is the cabling's (:func:`solver.exact.fattree.analyse` with ``ignore_status``);
     ``previous`` is each flow's former agg index and core (``-1``: none, or within a pod).
@@ -307,6 +313,9 @@ def repair_tree(
     option[~on | (prev_agg < 0) | (far & (prev_core < 0))] = -1
     flows = np.flatnonzero(on)
     state = Counts(shape, ok, (s[flows], t[flows]), option[flows], target)
+    # The chains' time starts now: counting a 131,072-GPU fabric's flows takes a few tenths
+    # of a second, which left them none of REPAIR_SECONDS there.
+    deadline += time.perf_counter() - started
     # A previous option over a lost link is gone: that flow must move.
     lost = (state.option >= 0) & ~state.ok[state.path].all(axis=1)
     for f in np.flatnonzero(lost).tolist():
@@ -316,13 +325,13 @@ def repair_tree(
     must = int(np.count_nonzero(lost))
     best: IntArray | None = None
     fewest = BIG
-    if todo and len(todo) <= TWO_FLOWS:
+    if todo and len(todo) <= TWO_FLOWS and not cycles:
         got = _run(state, todo, deadline, fewest, two=True)
         if got is not None:
             best, fewest = state.option.copy(), got
         else:
             _restore(state, start)
-    for k, order in enumerate(_orders(todo, ORDERS) if best is None else []):
+    for k, order in enumerate(_orders(todo, ORDERS) if best is None and not cycles else []):
         if k and time.perf_counter() > min(deadline, started + MORE_ORDERS_SECONDS):
             break
         if k:
@@ -334,6 +343,15 @@ def repair_tree(
             best, fewest = state.option.copy(), got
             if fewest <= must:  # no order moves fewer
                 break
+    if cycles:
+        # An agg short of core links on a full fabric: no one-link chain exists; swap aggs
+        # along cycles first (solver.repair.aggswap), then the chains as before.
+        from solver.repair.aggswap import swap_cycles
+
+        if swap_cycles(state, todo, deadline):
+            got = _run(state, todo, deadline, BIG)
+            if got is not None:
+                best = state.option.copy()
     if best is None:
         return None
     agg = np.full(s.size, -1, dtype=np.int64)
@@ -353,6 +371,7 @@ def replan_choice(
     shape: FatTreeShape,
     target: int,
     deadline: float,
+    cycles: bool = False,
 ) -> IntArray | None:
     """:func:`repair_tree` for the planner: ``prior`` (candidate per flow, ``-1``: none or
     gone) read as aggs and cores off the candidates' first hops, the answer as candidates;
@@ -363,7 +382,9 @@ def replan_choice(
     agg = np.where(prior >= 0, shape.choice[rows[:, 0]], -1)
     core = np.where((prior >= 0) & far, shape.choice[rows[:, min(1, rows.shape[1] - 1)]], -1)
     usable = problem.index.res_usable
-    result = repair_tree(shape, usable, leaves[:, 0], leaves[:, 1], (agg, core), target, deadline)
+    result = repair_tree(
+        shape, usable, leaves[:, 0], leaves[:, 1], (agg, core), target, deadline, cycles
+    )
     if result is None:
         return None
     # Only the flows that moved need their candidate found (vectorised middles: within a
