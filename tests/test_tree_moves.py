@@ -10,6 +10,7 @@ links can only be absorbed by chains of moves, the failure ladder's light-uplink
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -565,3 +566,23 @@ def test_the_16k_light_uplink_replan_is_within_ten_percent_of_its_proven_minimum
     assert best.moves == int(np.count_nonzero((mine != -2) & (best.choice != mine))) == 15
     # when written: the re-plan moves 16, within 16.5
     assert moved <= 1.1 * bound
+
+
+@pytest.mark.parametrize("n", [5, 6, 30, 3000])
+@pytest.mark.parametrize("count", [1, 2, 3, 24, 40])
+def test_orders_builds_only_what_it_keeps(n: int, count: int) -> None:
+    """The orders tried are the given one, its reverse, then rotations, cut at ``count``; and
+    only those are built: 3,000 new flows used to build 9 million entries (a 131k-GPU server
+    grew past 20 GB), now a few lists of them."""
+    from solver.repair.treemoves import _orders
+
+    flows = list(range(100, 100 + n))
+    reference = [flows, flows[::-1], *(flows[k:] + flows[:k] for k in range(1, n))][:count]
+    tracemalloc.start()
+    try:
+        got = _orders(flows, count)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got == reference
+    assert peak <= (count + 2) * (8 * n + 1024)  # the kept lists, not n of them
