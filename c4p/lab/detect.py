@@ -26,14 +26,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from c4p.client import communicator
+from c4p.client import communicator, connection
 from c4p.client.mirror import BindingMirror
 from c4p.client.sync import AdminClient, BindingWatch
 from c4p.client.wire import ApiError
 from c4p.detector.respond import Event, EventKind
 from c4p.errors import C4pError
 from c4p.lab.build import Lab, Routing
-from c4p.lab.collective import Ring, RingSettings
+from c4p.lab.collective import Ring, RingSettings, ring_connections
 from c4p.lab.faults import Fault, line_rate
 from c4p.lab.served import LabServeError, ServedLab
 from topology.generators import LeafSpineParams, leaf_spine
@@ -406,7 +406,12 @@ def bench_up(
         handle = flow.register_job(JOB, hosts=order, control_mode="active")
         watch = handle.watch()
         try:
-            handle.submit([communicator("dp", qps_per_connection=QPS)])
+            ways = (settings or RingSettings()).both_ways
+            pairs = ring_connections(len(order), ways)
+            handle.submit([communicator(
+                "dp", pattern="explicit", collective="all-reduce", qps_per_connection=QPS,
+                connections=[connection(a, b) for a, b in pairs],
+            )])  # fmt: skip
             if not watch.wait(served.settled, settle_s):
                 raise LabServeError(f"job {JOB}: bindings not settled within {settle_s:.0f} s")
             sockets = {h: served.rank_socket(h) for h in order}
