@@ -13,7 +13,10 @@ did, the median step time before / during / after, and for benign phases the fal
 Why 3 leaves and a mixed ring: with two leaves every path over a spine crosses both of that
 spine's leaf links, so no observation of the paths can tell which of the two is slow (the
 detector would rightly name both); a third leaf and a ring that enters each leaf from both other
-leaves give the slow paths a link of their own.
+leaves give the slow paths a link of their own. Why the ring runs both ways (explicit
+connections to both neighbours, :func:`c4p.lab.collective.ring_connections`): one way, a host's
+downlink carries exactly the QPs its predecessor's uplink carries, and no timing tells the two
+apart.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ SCENARIOS = (
 )  # fmt: skip
 """In this order by default; the re-plan last, as what it set off reached further than itself
 (docs/lab.md, "Measured: c4p lab detect")."""
-TEST_SCENARIOS = ("spine-rate", "message-size", "compute-slow")
+TEST_SCENARIOS = ("spine-rate", "message-size", "compute-slow", "host-link-slow")
 
 
 def detect_fabric() -> Fabric:
