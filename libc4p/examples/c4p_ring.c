@@ -2,8 +2,8 @@
  * through libc4p's reporting API -- the collective workload of `c4p lab detect`.
  *
  *   c4p_ring --socket PATH --job ID --token T --comm C --rank R --ranks N --src ADDR --next ADDR
- *            [--prev ADDR] [--qps Q] [--bytes B] [--rounds K] [--compute-ms M] [--slow-ms S] [--gap-ms G]
- *            [--steps N] [--step0 N] [--wait-s S] [--quiet-steps N]
+ *            [--prev ADDR] [--qps Q] [--bytes B] [--rounds K] [--compute-ms M] [--slow-ms S]
+ *            [--gap-ms G] [--steps N] [--step0 N] [--wait-s S] [--quiet-steps N]
  *
  * Each step: compute (sleep M ms, plus S ms while compute-slow), arrive, then K rounds; in each
  * round the rank sends B bytes to the next rank, split over its Q QPs (QP q leaves from UDP
