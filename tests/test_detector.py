@@ -233,6 +233,32 @@ def test_a_rank_frozen_inside_its_call_is_the_head_of_those_behind() -> None:
     assert d2.evaluate(100.0) == []
 
 
+def test_a_rank_frozen_in_a_ring_run_both_ways_is_the_centre_of_those_behind() -> None:
+    """A ring of 9 run both ways (each rank sends to both neighbours); rank 6 stopped inside
+    step 10. Its neighbours 5 and 7 block in step 10, and theirs, 4 and 8, too; the rest ran on.
+    Every rank behind is fed by another one behind, so no head shows by direction (the
+    one-way rule named rank 4 or listed them all); the frozen rank is the centre of them."""
+    n = 9
+    keys = [ConnectionKey("c", r, (r + d) % n, 0, 0) for r in range(n) for d in (1, n - 1)]
+    ends = np.array([[-1, -1]] * len(keys), dtype=np.int64)
+    index = build(
+        ((k, [i]) for i, k in enumerate(keys)), [f"l{i}" for i in range(len(keys))], ends, []
+    )
+    s = 1_000_000_000
+    for frozen, spread in ((6, 2), (0, 1), (3, 3)):
+        behind = {(frozen + k) % n for k in range(-spread, spread + 1)}
+        d = Detector()
+        d.set_paths("j", "c", index)
+        ranks = tuple(
+            RankProgress("c", r, 10 if r in behind else 11, 9 if r in behind else 10, 3 * s, 0)
+            for r in range(n)
+        )
+        d.accept(TelemetryReport("h", progress=(ProgressReport("j", "h", ranks),)))
+        (f,) = d.evaluate(100.0)
+        assert (f.cls, f.element, f.step) == (FindingClass.NONCOMM_HANG, f"rank {frozen}", 10)
+        assert f.confidence == 1.0 and f.candidates == ()
+
+
 def test_a_rank_stopped_between_calls_is_found_though_its_peers_spread_over_steps() -> None:
     """A ring of 9; rank 6 stopped outside a call (in its compute). Its peers did not all stop
     in one step: 7 to 3 wait in step 10, 4 and 5 got on into step 11. Only two ranks wait in

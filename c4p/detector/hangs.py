@@ -95,7 +95,7 @@ def _behind(
         src = comm.paths.ids >> 40
         dst = (comm.paths.ids >> 16) & 0xFFFFFF
         fed_by_behind = set(dst[np.isin(src, hung.missing)].tolist())
-        heads = sorted(behind - fed_by_behind) or heads
+        heads = sorted(behind - fed_by_behind) or _centre(behind, src, dst) or heads
     r = heads[0]
     f = Finding(
         job_id,
@@ -115,6 +115,35 @@ def _behind(
         ),
     )
     return confirm(f, hung.step)
+
+
+def _centre(behind: set[int], src: np.ndarray, dst: np.ndarray) -> list[int]:
+    """The ranks behind at the centre of their own wait graph (least eccentricity over the
+    connections among them, either way), or ``[]`` if they are not one connected part.
+
+    Why: where data flows both ways (a ring run in both directions, a tree) every rank behind
+    is fed by another rank behind, so no head shows by direction; but a frozen rank holds its
+    neighbours on both sides, they hold theirs, and the ranks behind spread out from it evenly:
+    it is the centre of the part they make (ties, an even spread, name every centre)."""
+    among = np.isin(src, list(behind)) & np.isin(dst, list(behind))
+    near: dict[int, set[int]] = {r: set() for r in behind}
+    for a, b in zip(src[among].tolist(), dst[among].tolist(), strict=True):
+        if a != b:
+            near[a].add(b)
+            near[b].add(a)
+    widest: dict[int, int] = {}
+    for start in behind:
+        seen, frontier, depth = {start}, [start], 0
+        while frontier:
+            nxt = [n for r in frontier for n in near[r] if n not in seen]
+            seen.update(nxt)
+            frontier = list(set(nxt))
+            depth += 1 if frontier else 0
+        if len(seen) != len(behind):
+            return []
+        widest[start] = depth
+    least = min(widest.values())
+    return sorted(r for r, w in widest.items() if w == least)
 
 
 def _comm_hang(

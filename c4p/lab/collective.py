@@ -6,7 +6,8 @@ works -- a rank linked with libc4p gets its QPs' source ports with ``c4p_lookup`
 transfer, arrival and completion with ``c4p_report_*``; the agent folds them into per-step
 summaries for the controller's detector. Nothing here reports on a rank's behalf.
 
-:class:`Ring` starts the ranks (rank ``i`` on ``hosts[i]``, sending to rank ``i+1``), reads the
+:class:`Ring` starts the ranks (rank ``i`` on ``hosts[i]``, sending to rank ``i+1`` and, with
+``both_ways``, to rank ``i-1`` too: see :func:`ring_connections`), reads the
 line each prints per step (its CLOCK_MONOTONIC end time and iteration time, the same clock as
 :func:`time.monotonic_ns` here) and controls them by signal: compute-slow (SIGUSR1/SIGUSR2),
 message size (SIGHUP), hung (SIGSTOP/SIGCONT). Every rank is killed on the way out, also on
@@ -53,6 +54,21 @@ class RingSettings:
     slow_ms: int = 150
     gap_ms: int = 60
     quiet_steps: int = 20  # warm-up steps not reported (connections, ARP, first lookups)
+    both_ways: bool = True  # a second ring the other way (--prev): see ring_connections
+
+
+def ring_connections(ranks: int, both_ways: bool) -> list[tuple[int, int]]:
+    """The job's directed rank pairs, as the controller must plan them for the ranks' lookups.
+
+    Why both ways: in a one-way ring a host's downlink carries exactly the QPs its
+    predecessor's uplink carries, so no timing of them tells the two links apart (a slowed host
+    link was named with its twin as a candidate, docs/lab.md). NCCL runs rings over several
+    channels and trees both ways; with a second ring the other way every host link is crossed
+    in each direction by QPs of its own, and the detector's tomography can name it."""
+    pairs = [(r, (r + 1) % ranks) for r in range(ranks)]
+    if both_ways:  # with 2 ranks the one way is already both
+        pairs += [(r, (r - 1) % ranks) for r in range(ranks)]
+    return sorted(set(pairs))
 
 
 @dataclass
@@ -104,12 +120,15 @@ class Ring:
         self.step0 = step0
         n = len(self.hosts)
         for rank, host in enumerate(self.hosts):
+            back = self.address(self.hosts[(rank - 1) % n])
+            prev = ["--prev", back] if s.both_ways and n > 2 else []
             log = open(self.lab.workdir / f"rank-{rank}.log", "ab")  # noqa: SIM115 (the child's)
             argv = [
                 "ip", "netns", "exec", self.lab.ns(host), str(RING_BINARY),
                 "--socket", str(self.sockets[host]), "--job", self.job, "--token", self.token,
                 "--comm", self.communicator, "--rank", str(rank), "--ranks", str(n),
                 "--src", self.address(host), "--next", self.address(self.hosts[(rank + 1) % n]),
+                *prev,
                 "--qps", str(s.qps), "--bytes", str(s.bytes), "--rounds", str(s.rounds),
                 "--compute-ms", str(s.compute_ms), "--slow-ms", str(s.slow_ms),
                 "--gap-ms", str(s.gap_ms), "--step0", str(step0),
@@ -214,4 +233,4 @@ class Ring:
         return all(r.proc.poll() is None for r in self.ranks)
 
 
-__all__ = ["Ring", "RingError", "RingSettings", "ring_missing"]
+__all__ = ["Ring", "RingError", "RingSettings", "ring_connections", "ring_missing"]

@@ -13,7 +13,10 @@ did, the median step time before / during / after, and for benign phases the fal
 Why 3 leaves and a mixed ring: with two leaves every path over a spine crosses both of that
 spine's leaf links, so no observation of the paths can tell which of the two is slow (the
 detector would rightly name both); a third leaf and a ring that enters each leaf from both other
-leaves give the slow paths a link of their own.
+leaves give the slow paths a link of their own. Why the ring runs both ways (explicit
+connections to both neighbours, :func:`c4p.lab.collective.ring_connections`): one way, a host's
+downlink carries exactly the QPs its predecessor's uplink carries, and no timing tells the two
+apart.
 """
 
 from __future__ import annotations
@@ -26,14 +29,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from c4p.client import communicator
+from c4p.client import communicator, connection
 from c4p.client.mirror import BindingMirror
 from c4p.client.sync import AdminClient, BindingWatch
 from c4p.client.wire import ApiError
 from c4p.detector.respond import Event, EventKind
 from c4p.errors import C4pError
 from c4p.lab.build import Lab, Routing
-from c4p.lab.collective import Ring, RingSettings
+from c4p.lab.collective import Ring, RingSettings, ring_connections
 from c4p.lab.faults import Fault, line_rate
 from c4p.lab.served import LabServeError, ServedLab
 from topology.generators import LeafSpineParams, leaf_spine
@@ -47,7 +50,7 @@ SCENARIOS = (
 )  # fmt: skip
 """In this order by default; the re-plan last, as what it set off reached further than itself
 (docs/lab.md, "Measured: c4p lab detect")."""
-TEST_SCENARIOS = ("spine-rate", "message-size", "compute-slow")
+TEST_SCENARIOS = ("spine-rate", "message-size", "compute-slow", "host-link-slow")
 
 
 def detect_fabric() -> Fabric:
@@ -406,7 +409,12 @@ def bench_up(
         handle = flow.register_job(JOB, hosts=order, control_mode="active")
         watch = handle.watch()
         try:
-            handle.submit([communicator("dp", qps_per_connection=QPS)])
+            ways = (settings or RingSettings()).both_ways
+            pairs = ring_connections(len(order), ways)
+            handle.submit([communicator(
+                "dp", pattern="explicit", collective="all-reduce", qps_per_connection=QPS,
+                connections=[connection(a, b) for a, b in pairs],
+            )])  # fmt: skip
             if not watch.wait(served.settled, settle_s):
                 raise LabServeError(f"job {JOB}: bindings not settled within {settle_s:.0f} s")
             sockets = {h: served.rank_socket(h) for h in order}

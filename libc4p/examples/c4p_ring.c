@@ -2,14 +2,22 @@
  * through libc4p's reporting API -- the collective workload of `c4p lab detect`.
  *
  *   c4p_ring --socket PATH --job ID --token T --comm C --rank R --ranks N --src ADDR --next ADDR
- *            [--qps Q] [--bytes B] [--rounds K] [--compute-ms M] [--slow-ms S] [--gap-ms G]
- *            [--steps N] [--step0 N] [--wait-s S] [--quiet-steps N]
+ *            [--prev ADDR] [--qps Q] [--bytes B] [--rounds K] [--compute-ms M] [--slow-ms S]
+ *            [--gap-ms G] [--steps N] [--step0 N] [--wait-s S] [--quiet-steps N]
  *
  * Each step: compute (sleep M ms, plus S ms while compute-slow), arrive, then K rounds; in each
  * round the rank sends B bytes to the next rank, split over its Q QPs (QP q leaves from UDP
  * source port = its binding for (C, R, R+1 mod N, channel 0, q), to port 4791, as RoCEv2 would,
  * so the fabric hashes it onto its planned path), and waits for the previous rank's B bytes of
  * the same round -- a ring all-reduce's dependency chain (2(N-1) rounds make one all-reduce).
+ * With --prev, a second ring runs the other way at the same time: in each round the rank also
+ * sends B bytes to the previous rank on the QPs of its binding (C, R, R-1 mod N, channel 0, q)
+ * and waits for the next rank's B bytes too, as NCCL runs its rings over several channels and
+ * its trees both ways. Why: in a one-way ring a host's downlink carries exactly the QPs its
+ * predecessor's uplink carries, so no timing tells the two links apart; both ways, each host
+ * link is crossed by QPs of its own in each direction, and the detector's tomography can name
+ * a slowed one. (Channel 0 both ways: the controller's explicit connections have one channel;
+ * the rank pair says which way.)
  * Every received QP's bytes are reported as a transfer (first to last datagram), then complete.
  * The binding is looked up again every step: a re-plan moves the QP's socket to its new port.
  *
@@ -47,17 +55,20 @@
 #define PAYLOAD 1200
 
 struct hdr {
-  uint32_t magic, src_rank, qp, count, seq, pad;
+  uint32_t magic, src_rank, qp, count, seq, way; /* way 0: to the next rank, 1: to the previous */
   uint64_t round; /* step * rounds + round */
 };
 
+/* Per round, per incoming QP: index way * MAXQ + qp (way 0 from the previous rank, 1 from the
+ * next). */
+#define IN (2 * MAXQ)
 struct slot {
   uint64_t round;
-  uint64_t seen[MAXQ]; /* datagrams by sequence number: a re-sent one is not counted twice */
-  uint32_t got[MAXQ];
-  uint32_t want[MAXQ];
-  uint64_t bytes[MAXQ];
-  uint64_t first[MAXQ], last[MAXQ];
+  uint64_t seen[IN]; /* datagrams by sequence number: a re-sent one is not counted twice */
+  uint32_t got[IN];
+  uint32_t want[IN];
+  uint64_t bytes[IN];
+  uint64_t first[IN], last[IN];
 };
 
 static volatile sig_atomic_t slow, big, stop;
@@ -85,8 +96,9 @@ static struct slot *slot_for(uint64_t round) {
   return s;
 }
 
-/* Read every datagram waiting on the raw socket into its round's slot. */
-static void drain_raw(int raw, uint32_t prev, uint64_t current) {
+/* Read every datagram waiting on the raw socket into its round's slot: the previous rank's
+ * going our way (way 0), and when both ways run, the next rank's coming back (way 1). */
+static void drain_raw(int raw, uint32_t prev, uint32_t next, int both, uint64_t current) {
   unsigned char pkt[2048];
   char control[256];
   struct timespec real, mono;
@@ -117,16 +129,18 @@ static void drain_raw(int raw, uint32_t prev, uint64_t current) {
     if (ntohs(u->uh_dport) != DPORT) continue;
     struct hdr h;
     memcpy(&h, pkt + off + sizeof *u, sizeof h);
-    if (h.magic != MAGIC || h.src_rank != prev || h.qp >= MAXQ) continue;
+    if (h.magic != MAGIC || h.qp >= MAXQ || h.way > 1) continue;
+    if (h.way == 0 ? h.src_rank != prev : !both || h.src_rank != next) continue;
     if (h.round < current || h.round >= current + SLOTS) continue; /* late or absurd */
     struct slot *s = slot_for(h.round);
-    if (h.seq >= 64 || (s->seen[h.qp] >> h.seq & 1)) continue;
-    s->seen[h.qp] |= 1ull << h.seq;
-    if (s->got[h.qp] == 0) s->first[h.qp] = now;
-    s->got[h.qp]++;
-    s->want[h.qp] = h.count;
-    s->bytes[h.qp] += (uint64_t)(n - (ssize_t)off - (ssize_t)sizeof *u);
-    s->last[h.qp] = now;
+    uint32_t i = h.way * MAXQ + h.qp;
+    if (h.seq >= 64 || (s->seen[i] >> h.seq & 1)) continue;
+    s->seen[i] |= 1ull << h.seq;
+    if (s->got[i] == 0) s->first[i] = now;
+    s->got[i]++;
+    s->want[i] = h.count;
+    s->bytes[i] += (uint64_t)(n - (ssize_t)off - (ssize_t)sizeof *u);
+    s->last[i] = now;
   }
 }
 
@@ -137,10 +151,11 @@ struct sent_round {
   uint32_t count;
 };
 
-/* One round of ours: `count` datagrams on each QP, interleaved over the QPs. */
+/* One round of ours one way: `count` datagrams on each QP, interleaved over the QPs. */
 static void send_round(const int *fds, uint32_t qps, const struct sockaddr_in *dst,
-                       unsigned char *buf, uint32_t rank, uint64_t round, uint32_t count) {
-  struct hdr h = {MAGIC, rank, 0, count, 0, 0, round};
+                       unsigned char *buf, uint32_t rank, uint32_t way, uint64_t round,
+                       uint32_t count) {
+  struct hdr h = {MAGIC, rank, 0, count, 0, way, round};
   for (uint32_t i = 0; i < count; i++)
     for (uint32_t q = 0; q < qps; q++) {
       h.qp = q;
@@ -195,7 +210,7 @@ static int rebind(c4p_session *s, const char *comm, uint32_t rank, uint32_t to, 
 int main(int argc, char **argv) {
   c4p_options o;
   c4p_options_init(&o);
-  const char *comm = "dp", *src = NULL, *next = NULL;
+  const char *comm = "dp", *src = NULL, *next = NULL, *back = NULL;
   uint32_t rank = 0, ranks = 0, qps = 4, rounds = 4;
   long bytes = 32768, compute_ms = 20, slow_ms = 200, gap_ms = 60, wait_s = 600;
   uint64_t steps = UINT64_MAX, step0 = 0, quiet = 0;
@@ -204,7 +219,7 @@ int main(int argc, char **argv) {
       {"rank", 1, 0, 'r'},   {"ranks", 1, 0, 'n'},   {"src", 1, 0, 'a'},     {"next", 1, 0, 'b'},
       {"qps", 1, 0, 'q'},    {"bytes", 1, 0, 'B'},   {"rounds", 1, 0, 'K'},  {"compute-ms", 1, 0, 'm'},
       {"slow-ms", 1, 0, 'S'}, {"gap-ms", 1, 0, 'g'}, {"steps", 1, 0, 'N'},   {"step0", 1, 0, '0'},
-      {"wait-s", 1, 0, 'w'}, {"quiet-steps", 1, 0, 'Q'}, {0, 0, 0, 0}};
+      {"wait-s", 1, 0, 'w'}, {"quiet-steps", 1, 0, 'Q'}, {"prev", 1, 0, 'p'}, {0, 0, 0, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
     switch (opt) {
@@ -216,6 +231,7 @@ int main(int argc, char **argv) {
       case 'n': ranks = (uint32_t)atoi(optarg); break;
       case 'a': src = optarg; break;
       case 'b': next = optarg; break;
+      case 'p': back = optarg; break;
       case 'q': qps = (uint32_t)atoi(optarg); break;
       case 'B': bytes = atol(optarg); break;
       case 'K': rounds = (uint32_t)atoi(optarg); break;
@@ -231,9 +247,9 @@ int main(int argc, char **argv) {
   }
   if (!o.socket_path || !o.job_id || !src || !next || ranks < 2 || rank >= ranks || qps < 1 ||
       qps > MAXQ || rounds < 1 || bytes < 1 || (4 * bytes + qps - 1) / qps > 64 * PAYLOAD ||
-      gap_ms < 1) {
+      gap_ms < 1 || (back && ranks < 3)) {
     fprintf(stderr, "c4p_ring: --socket, --job, --src, --next, --ranks >= 2, --rank < ranks, "
-                    "--qps 1..16, --bytes up to 16 * qps KiB are needed\n");
+                    "--qps 1..16, --bytes up to 16 * qps KiB are needed (--prev: --ranks >= 3)\n");
     return 2;
   }
   signal(SIGUSR1, on_signal);
@@ -242,6 +258,9 @@ int main(int argc, char **argv) {
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);
   uint32_t to = (rank + 1) % ranks, prev = (rank + ranks - 1) % ranks;
+  int both = back != NULL, ways = both ? 2 : 1;
+  uint32_t peer[2] = {to, prev}; /* whom each way sends to */
+  uint32_t from[2] = {prev, to}; /* whom each way receives from */
   c4p_session *s = NULL;
   c4p_result rc = c4p_open(&o, &s);
   if (rc != C4P_OK) {
@@ -262,11 +281,19 @@ int main(int argc, char **argv) {
   struct sockaddr_in me = {.sin_family = AF_INET};
   inet_pton(AF_INET, src, &me.sin_addr);
   bind(raw, (struct sockaddr *)&me, sizeof me);
-  struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(DPORT)};
-  inet_pton(AF_INET, next, &dst.sin_addr);
-  int fds[MAXQ];
-  uint16_t ports[MAXQ];
-  for (uint32_t q = 0; q < qps; q++) fds[q] = -1, ports[q] = 0;
+  struct sockaddr_in dst[2];
+  for (int w = 0; w < 2; w++) {
+    dst[w] = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons(DPORT)};
+    if (inet_pton(AF_INET, w == 0 ? next : (back ? back : next), &dst[w].sin_addr) != 1) {
+      fprintf(stderr, "c4p_ring: --%s %s: not an IPv4 address\n", w == 0 ? "next" : "prev",
+              w == 0 ? next : back);
+      return 2;
+    }
+  }
+  int fds[2][MAXQ];
+  uint16_t ports[2][MAXQ];
+  for (int w = 0; w < 2; w++)
+    for (uint32_t q = 0; q < qps; q++) fds[w][q] = -1, ports[w][q] = 0;
   unsigned char buf[PAYLOAD];
   memset(buf, 0xab, sizeof buf);
   uint64_t last_done = 0;
@@ -274,10 +301,11 @@ int main(int argc, char **argv) {
   uint32_t sent_n = 0;
   for (uint64_t step = step0; step - step0 < steps && !stop; step++) {
     /* The bindings, again each step: a re-plan moves a QP to its new port. */
-    if (rebind(s, comm, rank, to, qps, src, fds, ports) != 0) {
-      c4p_close(s);
-      return 1;
-    }
+    for (int w = 0; w < ways; w++)
+      if (rebind(s, comm, rank, peer[w], qps, src, fds[w], ports[w]) != 0) {
+        c4p_close(s);
+        return 1;
+      }
     sleep_ms(compute_ms + (slow ? slow_ms : 0));
     long size = big ? 4 * bytes : bytes;
     uint64_t t_arrive = c4p_now_ns();
@@ -289,45 +317,60 @@ int main(int argc, char **argv) {
       uint64_t round = step * rounds + r;
       sent[sent_n % RESEND] = (struct sent_round){round, count};
       sent_n++;
-      send_round(fds, qps, &dst, buf, rank, round, count);
-      /* Wait for the previous rank's datagrams of this round. */
+      for (int w = 0; w < ways; w++)
+        send_round(fds[w], qps, &dst[w], buf, rank, (uint32_t)w, round, count);
+      /* Wait for the previous rank's datagrams of this round (and the next rank's). */
       uint64_t since = c4p_now_ns(), give_up = since + (uint64_t)wait_s * 1000000000ull;
       uint64_t hushed = since;
       struct slot *sl = slot_for(round);
       for (;;) {
-        drain_raw(raw, prev, round);
+        drain_raw(raw, prev, to, both, round);
         sl = slot_for(round);
-        uint32_t done = 0, started = 0;
-        uint64_t newest = 0;
-        for (uint32_t q = 0; q < qps; q++) {
-          done += sl->want[q] && sl->got[q] >= sl->want[q];
-          started += sl->got[q] > 0;
-          if (sl->last[q] > newest) newest = sl->last[q];
-        }
+        /* Each way on its own: complete, or started and then quiet for G ms (lost: given
+         * up), or not started (waited for: a hung peer hangs both its neighbours). */
+        int ended = 0, waiting = 0;
         uint64_t now = c4p_now_ns();
-        if (done == qps || stop || now > give_up) break;
-        if (started && now - newest > (uint64_t)gap_ms * 1000000ull) break; /* lost: give up */
-        if (!started && now - hushed > RESEND_NS) { /* nothing for a second: a whole round of
+        for (int w = 0; w < ways; w++) {
+          uint32_t done = 0, started = 0;
+          uint64_t newest = 0;
+          for (uint32_t q = 0; q < qps; q++) {
+            uint32_t i = (uint32_t)w * MAXQ + q;
+            done += sl->want[i] && sl->got[i] >= sl->want[i];
+            started += sl->got[i] > 0;
+            if (sl->last[i] > newest) newest = sl->last[i];
+          }
+          ended += done == qps || (started && now - newest > (uint64_t)gap_ms * 1000000ull);
+          waiting += !started;
+        }
+        if (ended == ways || stop || now > give_up) break;
+        if (waiting && now - hushed > RESEND_NS) { /* nothing for a second: a whole round of
           ours may be lost too (a cut link); send what the next rank may still wait for */
-          rebind(s, comm, rank, to, qps, src, fds, ports); /* a re-plan routes around it */
-          for (uint32_t k = 0; k < RESEND && k < sent_n; k++)
-            send_round(fds, qps, &dst, buf, rank, sent[k].round, sent[k].count);
+          for (int w = 0; w < ways; w++) { /* a re-plan routes around it */
+            rebind(s, comm, rank, peer[w], qps, src, fds[w], ports[w]);
+            for (uint32_t k = 0; k < RESEND && k < sent_n; k++)
+              send_round(fds[w], qps, &dst[w], buf, rank, (uint32_t)w, sent[k].round,
+                         sent[k].count);
+          }
           hushed = now;
         }
         struct pollfd p = {raw, POLLIN, 0};
         poll(&p, 1, 5);
       }
       uint64_t now = c4p_now_ns();
-      int any = 0;
-      for (uint32_t q = 0; q < qps; q++) any |= sl->got[q] > 0;
-      for (uint32_t q = 0; q < qps; q++) {
-        if (sl->got[q] == 0) { /* its peers' datagrams came, none of its own: nothing moved */
-          if (any && !stop && report) c4p_report_transfer(s, cid, prev, rank, 0, q, step, 0, since, now);
-          continue;
+      for (int w = 0; w < ways && report; w++) {
+        const uint32_t *got = sl->got + w * MAXQ, *want = sl->want + w * MAXQ;
+        int any = 0;
+        for (uint32_t q = 0; q < qps; q++) any |= got[q] > 0;
+        for (uint32_t q = 0; q < qps; q++) {
+          uint32_t i = (uint32_t)w * MAXQ + q;
+          if (got[q] == 0) { /* its peers' datagrams came, none of its own: nothing moved */
+            if (any && !stop) c4p_report_transfer(s, cid, from[w], rank, 0, q, step, 0, since, now);
+            continue;
+          }
+          int complete = got[q] >= want[q];
+          c4p_report_transfer(s, cid, from[w], rank, 0, q, step, sl->bytes[i], sl->first[i],
+                              complete ? sl->last[i] : now);
         }
-        int complete = sl->got[q] >= sl->want[q];
-        if (report) c4p_report_transfer(s, cid, prev, rank, 0, q, step, sl->bytes[q], sl->first[q],
-                            complete ? sl->last[q] : now);
       }
     }
     uint64_t t_done = c4p_now_ns();
@@ -338,8 +381,9 @@ int main(int argc, char **argv) {
     last_done = t_done;
   }
   c4p_report_flush(s, 2000);
-  for (uint32_t q = 0; q < qps; q++)
-    if (fds[q] >= 0) close(fds[q]);
+  for (int w = 0; w < 2; w++)
+    for (uint32_t q = 0; q < qps; q++)
+      if (fds[w][q] >= 0) close(fds[w][q]);
   close(raw);
   c4p_close(s);
   return 0;
