@@ -246,7 +246,8 @@ def lab_detect(
     import signal
 
     from c4p.lab.collective import ring_missing
-    from c4p.lab.detect import HEADERS, SCENARIOS, render, run_detect
+    from c4p.lab.detect import SCENARIOS, run_detect
+    from c4p.lab.detect_table import HEADERS, render
 
     if routing not in ("static", "bgp"):
         fail(f"--routing: {routing!r} is not one of static, bgp")
