@@ -17,6 +17,8 @@ The step, in order:
    did not change keeps its port). Ports are found on the fabric the *switches* forward on
    (:meth:`Reconciler.snapshot`): an operator drain takes a link from the planner, not from any
    ECMP group, so it rewrites no port whose path stays and puts no port onto the drained link.
+   Only NIC pairs whose routes, bindings in force or fabric inputs changed are synthesised
+   anew (``southbound.incremental``; exactly the full synthesis, the rest reused).
 4. Per job: added or changed bindings (pushed) and removed ones (tombstoned). A change of path
    under the same port (an ECMP group shrank, so the port now hashes elsewhere) is pushed too,
    so clients' telemetry stays true, but the client calls its plugin back only when the port or
