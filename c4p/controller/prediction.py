@@ -32,21 +32,35 @@ def predict(
     diff: BindingDiff,
     moved: Sequence[str],
     ecmp: list[tuple[int, ...]],
+    resources: dict[tuple[str, ...], tuple[int, ...]] | None = None,
 ) -> tuple[dict[str, JobPredictionRecord], tuple[str, ...], tuple[int, int]]:
     """Max-min fair rates on the paths the bindings realize (unbound QPs: their binding
     in force if any, else no path) and on ECMP paths (the kernel's ports for QP numbers
     drawn from the planner's seed); per job and in all, the links over line rate either
     way; and the hottest links, for the decision log. ``ecmp`` is each flow's path under
-    ECMP (the reconciler caches them per snapshot)."""
+    ECMP (the reconciler caches them per snapshot). ``resources``: the resources of each
+    node path seen before on this wiring (the reconciler's, so that an unchanged binding is
+    not looked up name by name again); updated to the paths of this step."""
     index = snapshot.index
+    known = {} if resources is None else dict(resources)
+    if resources is not None:
+        resources.clear()
     paths: list[tuple[int, ...]] = []
     for f in workload.flows:
         key = (f.job, f.communicator, f.connection, f.qp)
         held = diff.bound.get(key) or inputs.held.get(f.job, {}).get(key)
-        try:
-            paths.append(index.path_resources(held.binding.path) if held else ())
-        except TopologyError:
+        if held is None:
             paths.append(())
+            continue
+        path = known.get(held.binding.path)
+        if path is None:
+            try:
+                path = index.path_resources(held.binding.path)
+            except TopologyError:
+                path = ()
+        if resources is not None:
+            resources[held.binding.path] = path
+        paths.append(path)
     evaluation = evaluate(snapshot, workload, paths, top=5)
     baseline = evaluate(snapshot, workload, ecmp, top=1)
     over_planned = over_line_rate(snapshot, workload, paths)

@@ -17,6 +17,8 @@ The step, in order:
    did not change keeps its port). Ports are found on the fabric the *switches* forward on
    (:meth:`Reconciler.snapshot`): an operator drain takes a link from the planner, not from any
    ECMP group, so it rewrites no port whose path stays and puts no port onto the drained link.
+   Only NIC pairs whose routes, bindings in force or fabric inputs changed are synthesised
+   anew (``southbound.incremental``; exactly the full synthesis, the rest reused).
 4. Per job: added or changed bindings (pushed) and removed ones (tombstoned). A change of path
    under the same port (an ECMP group shrank, so the port now hashes elsewhere) is pushed too,
    so clients' telemetry stays true, but the client calls its plugin back only when the port or
@@ -96,8 +98,8 @@ from southbound.bindings import (
     BindingSet,
     IssueKind,
     SynthesisMode,
-    bindings_for_paths,
 )
+from southbound.incremental import IncrementalBindings
 from southbound.ports import PortSource, PredictedPorts
 from southbound.routes import QpKey, routes_from_flows
 from topology.base import Frozen
@@ -160,6 +162,11 @@ class Reconciler:
         self._snapshot_key: tuple[Any, ...] | None = None
         self._snapshot = state.fabric
         self._ports: PortSource | None = None
+        self._bindings = IncrementalBindings()
+        """Bindings of the last step per NIC pair: a step re-synthesises only the pairs whose
+        routes, bindings in force or fabric inputs changed (``southbound.incremental``)."""
+        self._path_resources: dict[tuple[str, ...], tuple[int, ...]] = {}
+        """Resources of each binding path of the last prediction (depends on the wiring only)."""
         self._ecmp: dict[str, tuple[int, ...]] = {}
         """ECMP path per flow id on the cached snapshot (a flow's QP numbers, hence its
         kernel port, depend only on its id and the seed), so a re-plan forwards new flows only."""
@@ -224,8 +231,16 @@ class Reconciler:
         both = (key, forward_key)
         if both != self._snapshot_key or self._ports is None:
             self._snapshot = planning
-            switches = planning if forward_key == key else self._applied(forwarding or {})[0]
-            self._ports = self._ports_for(switches)
+            old_forward = self._snapshot_key[1] if self._snapshot_key is not None else None
+            if (
+                self._ports is None
+                or forward_key != old_forward
+                or not isinstance(self._ports, PredictedPorts)  # a learner's: called anew
+            ):
+                # The switches' groups changed: a new port source. An operator drain alone
+                # keeps it (and with it the bindings of the NIC pairs the drain leaves alone).
+                switches = planning if forward_key == key else self._applied(forwarding or {})[0]
+                self._ports = self._ports_for(switches)
             self._snapshot_key = both
             self._ecmp = {}
         return self._snapshot, self._ports
@@ -314,6 +329,8 @@ class Reconciler:
         self._snapshot_key = None
         self._ports = None
         self._ecmp = {}
+        self._path_resources = {}
+        self._bindings.clear()
         log.warning(
             "fabric snapshot swapped in: %s",
             rewiring.summary(),
@@ -380,7 +397,11 @@ class Reconciler:
                 ),
             )  # bindings keep the epoch that set each of them, so the set mixes epochs
             routes = routes_from_flows(result.flows, result.paths)
-            bset = bindings_for_paths(snapshot, routes, epoch, previous=previous, source=ports)
+            bset = self._bindings.synthesize(
+                snapshot, routes, epoch, previous=previous, source=ports
+            )
+            stats = vars(self._bindings.stats)
+            log.debug("bindings: %s", stats, extra={"event": "bindings", **stats})
             if isinstance(ports, LearningPorts):  # learned/verified: mark what probes saw
                 bset, probe_notes = ports.learner.annotate(snapshot, bset, routes)
             bound, fallbacks, unbound = bset.bindings, len(bset.fallbacks), len(bset.unbound)
@@ -395,7 +416,9 @@ class Reconciler:
         if workload is not None and self.settings.predict:
             moved = result.moved if result is not None else ()
             ecmp = self._ecmp_paths(snapshot, workload)
-            predictions, hottest, over = predict(snapshot, workload, inputs, draft, moved, ecmp)
+            predictions, hottest, over = predict(
+                snapshot, workload, inputs, draft, moved, ecmp, self._path_resources
+            )
         decision = base
         if result is not None:
             decision = base.model_copy(

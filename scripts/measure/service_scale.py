@@ -92,7 +92,7 @@ parser.add_argument(
 )
 args = parser.parse_args()
 ROOT = Path(__file__).resolve().parents[2]
-C4P = [sys.executable, "-m", "c4p"]
+C4P = [sys.executable, "-P", "-m", "c4p"]  # -P: not the cwd's checkout first (--c4p)
 
 
 def status_mb(pid: int, key: str) -> float:
