@@ -9,10 +9,12 @@ import random
 import numpy as np
 import pytest
 
+from topology.distances import distance_pass
 from topology.errors import PathError
 from topology.forwarding import forward, forward_many
 from topology.generators import FatTreeParams, fat_tree
 from topology.leafclass import bottom_switches, leaf_classes
+from topology.leafrows import class_pass
 from topology.model import Fabric, LinkStatus
 from topology.roce import SPORT_MIN, FiveTuple
 
@@ -78,3 +80,20 @@ def test_shared_groups_give_the_packet_by_packet_paths(seed: int) -> None:
         except PathError:
             want = ()
         assert path == want
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+def test_one_pass_per_class_gives_the_rows_of_the_plain_pass(seed: int) -> None:
+    fabric = _fabric(seed)
+    index, routing = fabric.index, fabric.index.routing
+    rng = random.Random(seed)
+    leaves = sorted({int(index.res_src[index.downlink(p.node)]) for p in index.ports})
+    rng.shuffle(leaves)
+    steps = routing._tier_steps
+    ends, goes = (index.res_src, index.res_dst), (routing.down_mask, routing._up)
+    for wanted in (leaves, leaves[: len(leaves) // 2 + 1]):
+        got = class_pass(steps, index.num_switches, wanted, ends, goes)
+        want = distance_pass(steps, index.num_switches, wanted)
+        assert got[2] == want[2]
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
