@@ -55,6 +55,9 @@ def test_classes_are_the_rows_that_agree_away_from_the_leaves(seed: int) -> None
             j for j in range(len(down)) if (down[j] == down[i]).all() and (up[j] == up[i]).all()
         ]
         assert representative[i] == same[0]
+    none = np.zeros(down.shape[1], dtype=bool)  # the columns compared, and only those
+    wide = leaf_classes(down.astype(np.int32), up.astype(np.int32), none)
+    assert wide.tolist() == representative.tolist()  # the wide integers of very deep fabrics
     if seed == 0:  # healthy: one class per pod, the shortcut has something to share
         assert len(set(representative.tolist())) == 4
 

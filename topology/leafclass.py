@@ -62,7 +62,8 @@ def leaf_classes(
     padded = -(-switches // 8) * 8
     keep = np.zeros(padded, dtype=down_rows.dtype)
     keep[:switches][~bottom] = 1
-    weights = np.random.default_rng(0x1EAF).integers(0, 1 << 63, size=(2, padded // 8))
+    words_per_row = padded * down_rows.dtype.itemsize // 8
+    weights = np.random.default_rng(0x1EAF).integers(0, 1 << 63, size=(2, words_per_row))
     multipliers = weights.astype(np.uint64) * np.uint64(2) + np.uint64(1)
     hashes = np.zeros(rows, dtype=np.uint64)
     step = max(1, (1 << 22) // padded)  # slices of rows: a few MB of temporaries each
