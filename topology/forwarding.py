@@ -31,6 +31,7 @@ from topology.arrays import distinct
 from topology.errors import PathError, UnknownNameError, UnreachableError
 from topology.hashing import HashArray, ecmp_hash, ecmp_hash_many
 from topology.index import FabricIndex
+from topology.leafclass import bottom_switches, class_rows, leaf_classes
 from topology.model import Fabric, HashProfile
 from topology.roce import ROCE_UDP_DPORT, UDP_PROTOCOL, FiveTuple
 
@@ -226,6 +227,9 @@ def forward_many(
     leaves, leaf_row = np.unique(np.where(ok, leaf, 0), return_inverse=True)
     leaf_row = leaf_row.reshape(-1)
     down_rows, up_rows, far = routing.narrow_rows(leaves)  # bytes: 75 MB at 131k, not 600
+    # Leaves whose rows agree away from the leaves share their groups there (leafclass):
+    # at 131k GPUs a core's keys fall from ~256 destination leaves to ~112 pods.
+    representative = leaf_classes(down_rows, up_rows, bottom_switches(index, goes_down))
     width = 2 * len(leaves)
     while moving.any():
         flows = np.flatnonzero(moving)
@@ -234,10 +238,10 @@ def forward_many(
         # One step for every travelling flow: the distinct (switch, destination row, phase)
         # keys of all of them numbered in one pass, and all their groups from one call
         # (Routing.groups_many; it was one call per switch, 2,560 on a 16k-GPU fat-tree).
-        at = node[flows]
-        every, number = np.unique(
-            at * width + leaf_row[flows] * 2 + descending[flows], return_inverse=True
-        )
+        at, row, phase = node[flows], leaf_row[flows], descending[flows]
+        here = np.where(phase, down_rows[row, at], up_rows[row, at])
+        row = class_rows(row, at, here, representative, leaves)
+        every, number = np.unique(at * width + row * 2 + phase, return_inverse=True)
         number = number.reshape(-1)
         rest = every % width
         members, starts, sizes = routing.groups_many(

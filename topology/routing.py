@@ -32,8 +32,9 @@ import numpy as np
 import numpy.typing as npt
 
 from topology.arrays import BoolArray, IntArray, spans
-from topology.distances import Step, distance_pass, distance_type
+from topology.distances import Step, distance_type
 from topology.errors import PathError, UnreachableError
+from topology.leafrows import class_pass
 from topology.switchgraph import SwitchGraph
 
 UNREACHABLE = np.iinfo(np.int64).max // 4
@@ -167,8 +168,9 @@ class Routing:
         return group
 
     def _pass(self, leaves: list[int]) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
-        """:func:`topology.distances.distance_pass` over this snapshot's tier steps."""
-        return distance_pass(self._tier_steps, self.index.num_switches, leaves)
+        """:func:`topology.leafrows.class_pass` (the distance pass, once per class) here."""
+        ends, goes = (self.index.res_src, self.index.res_dst), (self._down, self._up)
+        return class_pass(self._tier_steps, self.index.num_switches, leaves, ends, goes)
 
     def narrow_rows(self, leaves: IntArray) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
         """:meth:`distance_rows` in the pass's own narrow integers, with its sentinel (a
